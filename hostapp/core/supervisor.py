@@ -1,0 +1,224 @@
+"""A small process supervisor for `manage.py run`: web, worker, beat (and Redis) as one group.
+
+Each child runs in its own session so that a Ctrl-C in the terminal reaches only the
+supervisor, which then stops the children in order: web, worker and beat first (SIGTERM,
+then SIGKILL after a grace period), the embedded Redis last, so the worker can finish
+its shutdown against it. The supervisor makes itself a child subreaper, so processes the
+children leave behind (MCP servers started over stdio by the web process or the worker)
+are re-parented to it and swept on the way out: no orphan survives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import IO
+
+import psutil
+
+logger = logging.getLogger(__name__)
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Ask Linux to re-parent our orphaned descendants to us instead of to init."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass
+class ChildSpec:
+    name: str
+    argv: Sequence[str]
+    # How long the child gets between SIGTERM and SIGKILL.
+    grace: float = 10.0
+    # Restarted when it exits while the group is running; a child that keeps failing
+    # within `quick_exit` seconds of its start `max_quick_exits` times stops the group.
+    restart: bool = True
+    quick_exit: float = 10.0
+    max_quick_exits: int = 5
+
+
+@dataclass
+class _Child:
+    spec: ChildSpec
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    quick_exits: int = 0
+    next_start: float = 0.0
+    pumps: list[threading.Thread] = field(default_factory=list)
+
+
+class Supervisor:
+    """Starts children, restarts the ones that die, and stops all of them together."""
+
+    def __init__(self, env: dict[str, str], out: IO[str] | None = None, colour: bool | None = None) -> None:
+        self.env = env
+        self.out = out or sys.stdout
+        self.colour = self.out.isatty() if colour is None else colour
+        self.children: list[_Child] = []
+        self._stop = threading.Event()
+        self._out_lock = threading.Lock()
+        self.exit_code = 0
+
+    # -- output ---------------------------------------------------------------------
+
+    def say(self, name: str, line: str) -> None:
+        label = f"{name:>6} | "
+        if self.colour:
+            label = f"\033[2m{label}\033[0m"
+        with self._out_lock:
+            self.out.write(label + line.rstrip("\n") + "\n")
+            self.out.flush()
+
+    def _pump(self, name: str, stream: IO[bytes]) -> None:
+        for raw in iter(stream.readline, b""):
+            self.say(name, raw.decode("utf-8", "replace"))
+        stream.close()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self, spec: ChildSpec) -> subprocess.Popen[bytes]:
+        child = next((c for c in self.children if c.spec.name == spec.name), None)
+        if child is None:
+            child = _Child(spec)
+            self.children.append(child)
+        proc = subprocess.Popen(
+            list(spec.argv),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        child.proc = proc
+        child.started_at = time.monotonic()
+        assert proc.stdout is not None
+        pump = threading.Thread(target=self._pump, args=(spec.name, proc.stdout), daemon=True)
+        pump.start()
+        child.pumps.append(pump)
+        return proc
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: object) -> None:
+            self._stop.set()
+
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGHUP, handler)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def watch(self, on_tick: Callable[[], None] | None = None) -> None:
+        """Restart children that exit until a stop is requested."""
+        while not self._stop.wait(0.2):
+            now = time.monotonic()
+            for child in self.children:
+                proc = child.proc
+                if proc is None or proc.poll() is None:
+                    if proc is None and child.next_start and now >= child.next_start:
+                        child.next_start = 0.0
+                        self.say("run", f"restarting {child.spec.name}")
+                        self.start(child.spec)
+                    continue
+                code = proc.returncode
+                child.proc = None
+                if not child.spec.restart:
+                    self.say("run", f"{child.spec.name} exited with status {code}; stopping")
+                    self.exit_code = 1
+                    self._stop.set()
+                    break
+                lived = now - child.started_at
+                child.quick_exits = child.quick_exits + 1 if lived < child.spec.quick_exit else 0
+                if child.quick_exits >= child.spec.max_quick_exits:
+                    self.say("run", f"{child.spec.name} keeps exiting (status {code}); stopping everything")
+                    self.exit_code = 1
+                    self._stop.set()
+                    break
+                delay = min(30.0, 0.5 * 2 ** max(0, child.quick_exits - 1))
+                self.say("run", f"{child.spec.name} exited with status {code}; restarting in {delay:.1f}s")
+                child.next_start = now + delay
+            if on_tick is not None:
+                on_tick()
+
+    def stop_child(self, child: _Child) -> None:
+        proc = child.proc
+        if proc is None:
+            return
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=child.spec.grace)
+        except subprocess.TimeoutExpired:
+            self.say("run", f"{child.spec.name} did not stop within {child.spec.grace:.0f}s; killing it")
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        # The group may still hold helpers of the child (a prefork pool, say).
+        _signal_group(proc.pid, signal.SIGKILL)
+        child.proc = None
+
+    def stop_all(self, last: Sequence[str] = ()) -> None:
+        """Stop every child (those named in `last` after the others), then sweep orphans."""
+        first = [c for c in self.children if c.spec.name not in last]
+        later = [c for c in self.children if c.spec.name in last]
+        threads = [threading.Thread(target=self.stop_child, args=(c,)) for c in first]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        keep = {c.proc.pid for c in later if c.proc is not None}
+        sweep_descendants(exclude=keep)
+        for c in later:
+            self.stop_child(c)
+        sweep_descendants()
+        for c in self.children:
+            for pump in c.pumps:
+                pump.join(timeout=2)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def sweep_descendants(grace: float = 5.0, exclude: Collection[int] = ()) -> list[int]:
+    """Terminate every process still below us (orphans re-parented to the subreaper).
+
+    Processes in `exclude`, and everything below them, are left alone.
+    """
+    me = psutil.Process()
+    try:
+        left = me.children(recursive=True)
+        spared = set(exclude)
+        for pid in exclude:
+            spared.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+    left = [p for p in left if p.pid not in spared]
+    if not left:
+        return []
+    pids = [p.pid for p in left]
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(left, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace)
+    return pids

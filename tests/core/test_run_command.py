@@ -1,0 +1,211 @@
+"""`manage.py run` as a user runs it: one group that starts, serves, and stops entirely."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.helpers import PYTHON, REPO, clean_env, free_port, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+class RunningHost:
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        self.port = free_port()
+        self.lines: list[str] = []
+        env = clean_env(PATCHBAY_DATA_DIR=str(data_dir), DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None)
+        self.proc = subprocess.Popen(
+            [PYTHON, "manage.py", "run", "--port", str(self.port), *args],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self) -> None:
+        def ready() -> bool:
+            assert self.proc.poll() is None, f"run exited early:\n{self.output}"
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+
+        wait_until(ready, timeout=90, what=f"the web process to answer\n{self.output}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            self._reader.join(timeout=5)
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _login(base: str, username: str, password: str) -> httpx.Client:
+    client = httpx.Client(base_url=base, follow_redirects=True, timeout=10)
+    page = client.get("/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert token, page.text
+    response = client.post(
+        "/login/",
+        data={"csrfmiddlewaretoken": token.group(1), "username": username, "password": password, "next": "/"},
+        headers={"Referer": f"{base}/login/"},
+    )
+    assert response.status_code == 200
+    assert "Log out" in response.text, response.text
+    return client
+
+
+def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_path: Path) -> None:
+    host = RunningHost(tmp_path)
+    try:
+        host.wait_ready()
+        wait_until(
+            lambda: "worker@" in host.output and "beat: Starting" in host.output, timeout=60, what="worker and beat"
+        )
+        out = host.output
+        assert f"Patchbay is starting at {host.url}/" in out
+        password = re.search(r"password: (\S+)", out)
+        assert password, out
+        creds = tmp_path / "admin-credentials.txt"
+        assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+        assert f"password: {password.group(1)}" in creds.read_text()
+        assert str(creds) in out
+
+        client = _login(host.url, "admin", password.group(1))
+        home = client.get("/")
+        for section in ("Servers", "Catalog", "Calls", "Outbox"):
+            assert f">{section}</a>" in home.text
+
+        procs = _descendants(host.proc.pid)
+        names = " ".join(" ".join(p.cmdline()) for p in procs)
+        for part in ("redis-server", "daphne", "worker", "beat"):
+            assert part in names, names
+        assert (tmp_path / "redis.sock").exists()
+
+        assert host.stop(signal.SIGTERM) == 0
+        gone, alive = psutil.wait_procs(procs, timeout=10)
+        assert not alive, [p.cmdline() for p in alive]
+        assert not _group_alive(host.proc.pid)
+        assert "Stopped." in host.output
+    finally:
+        host.kill_group()
+
+
+def test_a_second_run_does_not_show_the_password_again(tmp_path: Path) -> None:
+    first = RunningHost(tmp_path, "--no-worker", "--no-beat")
+    try:
+        first.wait_ready()
+        assert "password:" in first.output
+        assert first.stop(signal.SIGINT) == 0
+    finally:
+        first.kill_group()
+    second = RunningHost(tmp_path, "--no-worker", "--no-beat")
+    try:
+        second.wait_ready()
+        assert "password:" not in second.output
+        assert "Admin credentials from the first run are kept in" in second.output
+        assert second.stop() == 0
+    finally:
+        second.kill_group()
+
+
+def test_run_refuses_a_port_in_use(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        env = clean_env(PATCHBAY_DATA_DIR=str(tmp_path), DATABASE_URL=None, REDIS_URL=None)
+        result = subprocess.run(
+            [PYTHON, "manage.py", "run", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode != 0
+    assert "already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_supervisor_sweeps_orphans_left_in_other_sessions(tmp_path: Path) -> None:
+    """A child that starts a process in its own session and dies must not leave it running."""
+    marker = tmp_path / "orphan.pid"
+    script = textwrap.dedent(
+        f"""
+        import subprocess, sys, time
+        from hostapp.core.supervisor import ChildSpec, Supervisor, become_subreaper
+        assert become_subreaper()
+        leaver = (
+            "import subprocess, sys; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True); "
+            "open({str(marker)!r}, 'w').write(str(p.pid))"
+        )
+        sup = Supervisor(env=dict(__import__('os').environ))
+        sup.start(ChildSpec("leaver", [sys.executable, "-c", leaver], restart=False))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if open({str(marker)!r}).read():
+                    break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.05)
+        time.sleep(0.5)
+        sup.stop_all()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, env=clean_env(), check=True, timeout=60)
+    orphan = int(marker.read_text())
+    wait_until(
+        lambda: not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE,
+        timeout=10,
+        what="the orphan to be gone",
+    )
