@@ -1,0 +1,5 @@
+"""`python -m servers.calendar [--transport {stdio,http}] [--port N] [--data-dir DIR]`."""
+
+from servers.calendar import main
+
+main()
