@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev run test lint format check-compose clean
+.PHONY: install install-dev install-node run test lint format check-compose clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit("Patchbay needs Python 3.11 or newer") if sys.version_info < (3, 11) else None'
@@ -26,12 +26,20 @@ install: $(VENV)/.runtime-installed
 
 install-dev: $(VENV)/.dev-installed
 
+# Node-based test peers (Node 22, server-everything, the conformance suite), when npm
+# is there; the tests that need them skip without them (and fail in CI).
+node_modules/.installed: package.json package-lock.json
+	@if command -v npm >/dev/null 2>&1; then npm ci --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: tests that need Node-based MCP peers will be skipped"; fi
+
+install-node: node_modules/.installed
+
 ## run: set up on the first run, then start web, worker and beat (Ctrl-C stops all)
 run: install
 	$(PY) manage.py run --host $(HOST) --port $(PORT)
 
 ## test: install the dev requirements and run the whole suite
-test: install install-dev
+test: install install-dev install-node
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install-dev

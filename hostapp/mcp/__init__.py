@@ -1,0 +1,25 @@
+"""The connection layer: the host's clients of MCP servers, over the official SDK.
+
+Plain configuration in, plain data out; nothing here imports Django.
+"""
+
+from __future__ import annotations
+
+from .config import ConfigError, ServerConfig, parse_document, parse_entry, render_document
+from .connection import result_failure
+from .errors import McpFailure
+from .pool import Pool, PoolEvent, PoolPolicy, ServerStatus
+
+__all__ = [
+    "ConfigError",
+    "McpFailure",
+    "Pool",
+    "PoolEvent",
+    "PoolPolicy",
+    "ServerConfig",
+    "ServerStatus",
+    "parse_document",
+    "parse_entry",
+    "render_document",
+    "result_failure",
+]

@@ -1,0 +1,452 @@
+"""One live connection to one MCP server, over the SDK's ``mcp.Client``.
+
+A :class:`Connection` is entered and left by a single task (the pool's keeper): the SDK
+client's task groups must be. Any task on the same event loop may call it meanwhile; the
+SDK multiplexes concurrent requests over the one session.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from . import errors
+from .config import ServerConfig
+from .errors import McpFailure
+from .http import CallTrace, current_trace, make_http_client
+from .stdio import StdioDiagnostics, child_environment, hardened_stdio
+
+logger = logging.getLogger(__name__)
+
+CLIENT_NAME = "patchbay"
+CLIENT_VERSION = "0.1.0"
+
+# A listing that never ends must not hang or exhaust the host.
+MAX_LIST_PAGES = 1000
+MAX_TOOLS = 20000
+
+_UNKNOWN_TOOL_RE = re.compile(r"\b(unknown tool|tool\b.{0,80}\bnot found|no such tool|tool not found)", re.IGNORECASE)
+
+ProgressFn = Callable[[float, float | None, str | None], Any]
+
+
+@dataclass
+class ServerFacts:
+    """What the handshake (or discovery) told us about the server."""
+
+    protocol_version: str = ""
+    era: str = ""  # "modern" or "legacy"
+    server_info: dict[str, Any] = field(default_factory=dict)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    instructions: str = ""
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    if model is None:
+        return {}
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def result_failure(result: dict[str, Any], tool: str, known_tools: set[str] | None = None) -> McpFailure | None:
+    """Classify an ``isError`` result: an unknown tool (protocol) or a tool error."""
+    if not result.get("isError"):
+        return None
+    texts = [c.get("text", "") for c in result.get("content", []) if isinstance(c, dict) and c.get("type") == "text"]
+    message = " ".join(t for t in texts if t).strip() or "the tool reported an error"
+    if (known_tools is not None and tool not in known_tools) or _UNKNOWN_TOOL_RE.search(message):
+        return errors.protocol_error(message, code=errors.INVALID_PARAMS, reason="unknown_tool")
+    return errors.tool_error(message)
+
+
+class Connection:
+    """A connected client plus what a host needs around it."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        on_tools_changed: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.config = config
+        self.diagnostics = StdioDiagnostics()
+        self.facts = ServerFacts()
+        self.client: Client | None = None
+        self.closed = anyio.Event()
+        self.failure: McpFailure | None = None
+        self._on_tools_changed = on_tools_changed
+        self._http: httpx2.AsyncClient | None = None
+        self._connect_scope: anyio.CancelScope | None = None
+
+    # -- transports ------------------------------------------------------------------
+
+    def _transport(self) -> AbstractAsyncContextManager[Any]:
+        cfg = self.config
+        if cfg.transport == "stdio":
+            return hardened_stdio(
+                cfg.command,
+                cfg.args,
+                env=child_environment(cfg.env),
+                cwd=cfg.cwd,
+                max_line_bytes=cfg.max_message_bytes,
+                diagnostics=self.diagnostics,
+                name=cfg.name,
+                on_close=self.closed.set,
+            )
+        if cfg.transport == "http":
+            assert self._http is not None
+            return streamable_http_client(cfg.url, http_client=self._http, max_sse_event_size=cfg.max_message_bytes)
+
+        def factory(headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
+            return make_http_client(headers, max_body_bytes=cfg.max_message_bytes, auth=auth)
+
+        return sse_client(cfg.url, headers=dict(cfg.headers), httpx_client_factory=factory)
+
+    @asynccontextmanager
+    async def _watched(self) -> AsyncIterator[Any]:
+        """The transport, with `closed` set whenever it ends (EOF, crash, refused line)."""
+        try:
+            async with self._transport() as streams:
+                yield streams
+        finally:
+            self.closed.set()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def open(self, stack: AsyncExitStack) -> None:
+        """Connect and negotiate; every resource goes on `stack` (the keeper's)."""
+        cfg = self.config
+        if cfg.transport == "http":
+            self._http = make_http_client(dict(cfg.headers), max_body_bytes=cfg.max_message_bytes)
+            stack.push_async_callback(self._http.aclose)
+        client = Client(
+            self._watched(),
+            mode="auto",
+            client_info=types.Implementation(name=CLIENT_NAME, version=CLIENT_VERSION),
+            message_handler=self._on_message,
+            cache=None,
+            # The default per-request limit; calls pass their own. It bounds the
+            # `server/discover` probe too: a server that never answers it is treated
+            # as legacy (MCP.md, "Telling the eras apart") within the connect timeout.
+            read_timeout_seconds=max(2.0, cfg.connect_timeout / 3),
+        )
+        trace = CallTrace()
+        token = current_trace.set(trace)
+        # The deadline scope goes on the stack first, so that it encloses the client's
+        # task groups for their whole life (anyio scopes must nest), and is disarmed once
+        # the handshake is done. When it fires, the stack swallows the cancellation: the
+        # keeper then finds `connect_timed_out()` true.
+        self._connect_scope = stack.enter_context(
+            anyio.CancelScope(deadline=anyio.current_time() + cfg.connect_timeout)
+        )
+        try:
+            await stack.enter_async_context(client)
+        except McpFailure:
+            raise
+        except Exception as exc:  # boundary: anything the transport or handshake throws is a failed connect
+            raise self._fail(self._connect_failure(exc, trace)) from exc
+        finally:
+            current_trace.reset(token)
+        self._connect_scope.deadline = math.inf
+        self.client = client
+        version = client.protocol_version
+        self.facts = ServerFacts(
+            protocol_version=version,
+            era="modern" if version in MODERN_PROTOCOL_VERSIONS else "legacy",
+            server_info=_dump(client.server_info),
+            capabilities=_dump(client.server_capabilities),
+            instructions=client.instructions or "",
+        )
+
+    def connect_timed_out(self) -> McpFailure | None:
+        """After the keeper's stack unwound: the failure, if the handshake ran out of time."""
+        if self._connect_scope is not None and self._connect_scope.cancelled_caught:
+            return self._fail(
+                errors.transport_error(
+                    f"no answer to the handshake within {self.config.connect_timeout:g}s", reason="connect_timeout"
+                )
+            )
+        return None
+
+    def _fail(self, failure: McpFailure) -> McpFailure:
+        failure.server = self.config.name
+        if not failure.stderr_tail:
+            failure.stderr_tail = self.diagnostics.stderr_tail()
+        self.failure = failure
+        return failure
+
+    def _connect_failure(self, exc: BaseException, trace: CallTrace) -> McpFailure:
+        exc = _unwrap(exc)
+        if isinstance(exc, FileNotFoundError):
+            return errors.transport_error(
+                f"command not found: {self.config.command}", transient=False, reason="command_not_found"
+            )
+        if isinstance(exc, PermissionError):
+            return errors.transport_error(
+                f"command cannot be run: {self.config.command}", transient=False, reason="not_executable"
+            )
+        if isinstance(exc, httpx2.HTTPStatusError):
+            status = exc.response.status_code
+            return errors.transport_error(
+                f"HTTP {status} from {self.config.url}",
+                transient=errors.is_transient_http_status(status),
+                reason=f"http_{status}",
+                http_status=status,
+            )
+        if trace.status is not None and trace.status >= 400:
+            return errors.transport_error(
+                f"HTTP {trace.status} from {self.config.url} during the handshake",
+                transient=errors.is_transient_http_status(trace.status),
+                reason=f"http_{trace.status}",
+                http_status=trace.status,
+            )
+        if isinstance(exc, httpx2.TransportError) or trace.connect_failed:
+            return errors.transport_error(f"cannot reach {self.config.url}: {exc}", reason="unreachable")
+        if self.diagnostics.failure is not None:
+            return errors.transport_error(str(self.diagnostics.failure), reason="message_too_large")
+        if isinstance(exc, MCPError):
+            if self.diagnostics.returncode is not None:
+                return errors.transport_error(
+                    f"the server exited during the handshake (status {self.diagnostics.returncode})", reason="crashed"
+                )
+            return errors.transport_error(f"handshake failed: {exc.error.message}", reason="handshake_failed")
+        return errors.transport_error(f"cannot connect: {type(exc).__name__}: {exc}", reason="connect_failed")
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            logger.warning("%s: transport reported %r", self.config.name, message)
+            return
+        is_change = getattr(message, "method", None) == "notifications/tools/list_changed"
+        if is_change and self._on_tools_changed is not None:
+            await self._on_tools_changed()
+
+    async def listen_for_changes(self) -> None:
+        """Modern servers announce list changes only on a `subscriptions/listen` stream."""
+        if self.client is None or self.facts.era != "modern":
+            return
+        tools_cap = self.facts.capabilities.get("tools") or {}
+        if not tools_cap.get("listChanged"):
+            return
+        try:
+            async with self.client.listen(tools_list_changed=True) as sub:
+                async for _event in sub:
+                    if self._on_tools_changed is not None:
+                        await self._on_tools_changed()
+        except Exception as exc:  # boundary: a lost subscription only costs change notices
+            logger.info("%s: subscriptions/listen ended: %r", self.config.name, exc)
+
+    # -- requests --------------------------------------------------------------------
+
+    def _require_client(self) -> Client:
+        if self.client is None or self.closed.is_set():
+            raise (
+                self._fail(errors.transport_error("the connection is closed", reason="closed"))
+                if self.failure is None
+                else self.failure
+            )
+        return self.client
+
+    async def list_tools(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every tool, following `nextCursor` to the last page."""
+        client = self._require_client()
+        tools: list[dict[str, Any]] = []
+        seen_cursors: set[str] = set()
+        cursor: str | None = None
+        with anyio.fail_after(timeout or self.config.call_timeout):
+            for _page in range(MAX_LIST_PAGES):
+                try:
+                    result = await self._request(lambda c=cursor: client.list_tools(cursor=c, cache_mode="bypass"))
+                except TimeoutError:
+                    raise
+                tools.extend(_dump(tool) for tool in result.tools)
+                if len(tools) > MAX_TOOLS:
+                    raise errors.protocol_error(
+                        f"the server lists more than {MAX_TOOLS} tools", reason="too_many_tools"
+                    )
+                cursor = result.next_cursor
+                if not cursor:
+                    return tools
+                if cursor in seen_cursors:
+                    raise errors.protocol_error("the server's tool pages loop back on themselves", reason="cursor_loop")
+                seen_cursors.add(cursor)
+        raise errors.protocol_error(f"the tool listing has more than {MAX_LIST_PAGES} pages", reason="too_many_pages")
+
+    async def probe(self, timeout: float = 10.0) -> float:
+        """A cheap MCP-level health check (the first page of tools); returns seconds taken."""
+        client = self._require_client()
+        started = time.perf_counter()
+        with anyio.fail_after(timeout):
+            await self._request(lambda: client.list_tools(cache_mode="bypass"))
+        return time.perf_counter() - started
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        meta: dict[str, Any] | None = None,
+        on_progress: ProgressFn | None = None,
+    ) -> dict[str, Any]:
+        """Call a tool; the CallToolResult as plain data (``isError`` results included)."""
+        client = self._require_client()
+        limit = timeout if timeout is not None else self.config.call_timeout
+
+        progress_callback = None
+        if on_progress is not None:
+
+            async def progress_callback(progress: float, total: float | None, message: str | None) -> None:
+                outcome = on_progress(progress, total, message)
+                if hasattr(outcome, "__await__"):
+                    await outcome
+
+        result = await self._request(
+            lambda: client.call_tool(
+                name,
+                arguments or {},
+                read_timeout_seconds=limit,
+                progress_callback=progress_callback,
+                meta=meta,  # type: ignore[arg-type]
+            ),
+            timeout=limit,
+        )
+        return _dump(result)
+
+    async def _request(self, send: Callable[[], Awaitable[Any]], timeout: float | None = None) -> Any:
+        """Send one request and translate every way it can fail into the taxonomy."""
+        trace = CallTrace()
+        token = current_trace.set(trace)
+        was_closed = self.closed.is_set()
+        try:
+            return await send()
+        except MCPError as exc:
+            if exc.error.code == errors.SDK_CONNECTION_CLOSED:
+                await self._settle()
+            raise self._classify(exc, trace, was_closed, timeout) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first.get("loc", ())) or "result"
+            raise self._fail_call(
+                errors.protocol_error(
+                    f"the server's answer does not follow the protocol: {where}: {first['msg']}",
+                    reason="invalid_result",
+                )
+            ) from None
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
+            await self._settle()
+            raise self._fail_call(self._lost(trace, was_closed)) from None
+        finally:
+            current_trace.reset(token)
+
+    async def _settle(self) -> None:
+        """A stdio connection just closed: give the child a moment to be seen exiting,
+        so the failure can say it crashed (and with which status) rather than "lost"."""
+        if self.config.transport == "stdio" and self.diagnostics.returncode is None:
+            with anyio.move_on_after(0.5):
+                await self.diagnostics.exited.wait()
+
+    def _fail_call(self, failure: McpFailure) -> McpFailure:
+        failure.server = self.config.name
+        if self.config.transport == "stdio" and not failure.stderr_tail:
+            failure.stderr_tail = self.diagnostics.stderr_tail()
+        return failure
+
+    def _lost(self, trace: CallTrace, was_closed: bool) -> McpFailure:
+        if self.diagnostics.failure is not None or trace.too_large:
+            failure = errors.ambiguous_error(
+                str(
+                    self.diagnostics.failure
+                    or f"the server sent a message of more than {self.config.max_message_bytes} bytes"
+                ),
+                reason="message_too_large",
+            )
+            self.failure = failure
+            return failure
+        if was_closed or trace.connect_failed or (self.config.transport != "stdio" and not trace.sent):
+            detail = trace.error or "the connection was already closed"
+            return errors.transport_error(f"not sent: {detail}", reason="unreachable")
+        code = self.diagnostics.returncode
+        if code is not None:
+            failure = errors.ambiguous_error(f"the server exited during the call (status {code})", reason="crashed")
+        else:
+            failure = errors.ambiguous_error(
+                f"the connection was lost during the call{': ' + trace.error if trace.error else ''}", reason="lost"
+            )
+        self.failure = failure
+        return failure
+
+    def _classify(self, exc: MCPError, trace: CallTrace, was_closed: bool, timeout: float | None) -> McpFailure:
+        code = exc.error.code
+        message = exc.error.message
+        if code == errors.SDK_REQUEST_TIMEOUT and "timed out" in message:
+            return self._fail_call(
+                errors.ambiguous_error(
+                    f"no answer within {timeout or self.config.call_timeout:g}s (cancelled)", reason="timeout"
+                )
+            )
+        if code == errors.SDK_CONNECTION_CLOSED and message == "Connection closed":
+            return self._fail_call(self._lost(trace, was_closed))
+        if trace.too_large or (code == errors.PARSE_ERROR and "more than" in message):
+            failure = errors.ambiguous_error(
+                f"the server sent a message of more than {self.config.max_message_bytes} bytes",
+                reason="message_too_large",
+            )
+            self.failure = failure
+            return self._fail_call(failure)
+        if trace.status is not None and trace.status >= 400:
+            status = trace.status
+            if status in (429, 503):
+                # The server turned the request away before working on it.
+                return self._fail_call(
+                    errors.transport_error(f"HTTP {status}: {message}", reason=f"http_{status}", http_status=status)
+                )
+            if status >= 500:
+                return self._fail_call(
+                    errors.ambiguous_error(
+                        f"HTTP {status} after the request was sent", reason=f"http_{status}", http_status=status
+                    )
+                )
+            if status in (401, 403):
+                return self._fail_call(
+                    errors.transport_error(
+                        f"HTTP {status}: not authorized", transient=False, reason=f"http_{status}", http_status=status
+                    )
+                )
+        if trace.connect_failed and not trace.sent:
+            return self._fail_call(errors.transport_error(f"not sent: {trace.error}", reason="unreachable"))
+        if code == errors.INTERNAL_ERROR:
+            # The server worked on the request and failed inside: whether it did anything is unknown.
+            return self._fail_call(
+                errors.ambiguous_error(f"server error: {message}", reason="internal_error", code=code)
+            )
+        reason = {
+            errors.METHOD_NOT_FOUND: "method_not_found",
+            errors.INVALID_PARAMS: "invalid_params",
+            errors.INVALID_REQUEST: "invalid_request",
+            errors.PARSE_ERROR: "parse_error",
+        }.get(code, "jsonrpc_error")
+        if code == errors.INVALID_PARAMS and _UNKNOWN_TOOL_RE.search(message):
+            reason = "unknown_tool"
+        return self._fail_call(errors.protocol_error(message, code=code, data=exc.error.data, reason=reason))
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (task groups wrap what their tasks raise)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

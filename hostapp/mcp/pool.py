@@ -1,0 +1,627 @@
+"""The client pool: one live, supervised connection per configured server, per process.
+
+The pool runs its own event loop in a daemon thread, so that connections outlive any
+request and any caller can use them: sync code (views, Celery tasks, commands) through
+the blocking methods, async code on another loop (the agents' endpoint) through the
+``a*`` methods, which hop onto the pool's loop and back.
+
+Each server has a keeper task that connects lazily (on first use), watches the
+connection, restarts it when it dies (at once the first time, then with exponential
+backoff and full jitter), and opens a circuit when it keeps dying: the server is
+"crash-looping" and calls fail fast until a cool-down has passed. The state it reports:
+
+========== ==============================================================
+idle        configured, not connected yet (connections are made lazily)
+connecting  starting the server / handshaking
+ready       connected, the last probe or request went well
+degraded    connected, but the last probe failed or was slow, or recent
+            requests were lost
+failing     not connected; the last attempt failed; retrying with backoff
+crash-looping failed too often in a short window; circuit open until a cool-down
+disabled    turned off in the configuration
+========== ==============================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+
+from . import errors
+from .config import ServerConfig
+from .connection import Connection, ProgressFn
+from .errors import McpFailure
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+IDLE = "idle"
+CONNECTING = "connecting"
+READY = "ready"
+DEGRADED = "degraded"
+FAILING = "failing"
+CRASH_LOOPING = "crash-looping"
+DISABLED = "disabled"
+STATES = (IDLE, CONNECTING, READY, DEGRADED, FAILING, CRASH_LOOPING, DISABLED)
+
+
+@dataclass(frozen=True)
+class PoolPolicy:
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+    crash_window: float = 60.0
+    crash_threshold: int = 5
+    cooldown: float = 60.0
+    probe_timeout: float = 10.0
+    slow_probe: float = 2.0
+    # Consecutive lost requests on a live connection that mark it degraded.
+    lost_requests_degrade: int = 2
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """A snapshot of one server, as plain data."""
+
+    name: str
+    state: str
+    transport: str
+    enabled: bool
+    protocol_version: str = ""
+    era: str = ""
+    server_info: dict[str, Any] = field(default_factory=dict)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    instructions: str = ""
+    last_error: dict[str, Any] | None = None
+    stderr_tail: tuple[str, ...] = ()
+    connected_since: float | None = None
+    restarts: int = 0
+    next_attempt_in: float | None = None
+    last_probe_ms: float | None = None
+    noise_lines: int = 0
+    pid: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["stderr_tail"] = list(self.stderr_tail)
+        return out
+
+
+@dataclass(frozen=True)
+class PoolEvent:
+    kind: str  # "state" or "tools_changed"
+    server: str
+    status: ServerStatus
+
+
+class _Slot:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.state = DISABLED if not config.enabled else IDLE
+        self.connection: Connection | None = None
+        self.keeper: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+        self.changed = asyncio.Event()  # set (and replaced) on every state change
+        self.wake = asyncio.Event()  # config change, restart request, stop
+        self.stopping = False
+        self.restart_requested = False
+        self.failures: collections.deque[float] = collections.deque()
+        self.consecutive = 0
+        self.restarts = 0
+        self.last_error: McpFailure | None = None
+        self.stderr_tail: tuple[str, ...] = ()
+        self.connected_since: float | None = None
+        self.next_attempt_at: float | None = None
+        self.circuit_until: float | None = None
+        self.last_probe_ms: float | None = None
+        self.lost_in_a_row = 0
+
+
+class Pool:
+    """Connections to many MCP servers, kept alive on a private event loop."""
+
+    def __init__(
+        self,
+        policy: PoolPolicy | None = None,
+        listener: Callable[[PoolEvent], None] | None = None,
+    ) -> None:
+        self.policy = policy or PoolPolicy()
+        self.listener = listener
+        self._slots: dict[str, _Slot] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="mcp-pool", daemon=True)
+        self._events = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-pool-events")
+        self._closed = False
+        self._thread.start()
+
+    # -- the loop thread ---------------------------------------------------------------
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the pool is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run a coroutine on the pool's loop and wait for it from this (other) thread."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("Pool.run called from the pool's own loop; await the coroutine instead")
+        future = self._submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError("the pool did not answer in time") from None
+
+    async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await a coroutine on the pool's loop from another event loop."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            return await coro
+        return await asyncio.wrap_future(self._submit(coro))
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Stop every connection (protocol-order shutdown), then the loop."""
+        if self._closed:
+            return
+        try:
+            self.run(self._close_all(), timeout=timeout)
+        except (TimeoutError, RuntimeError):
+            logger.warning("the pool did not close every connection within %.0fs", timeout)
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._events.shutdown(wait=False)
+
+    async def _close_all(self) -> None:
+        await asyncio.gather(*(self._stop_slot(slot) for slot in list(self._slots.values())), return_exceptions=True)
+
+    # -- configuration -------------------------------------------------------------------
+
+    def configure(self, configs: Iterable[ServerConfig]) -> None:
+        """Make the pool serve exactly these servers (restart the ones whose config changed)."""
+        self.run(self._configure(list(configs)), timeout=30)
+
+    def upsert(self, config: ServerConfig) -> None:
+        self.run(self._upsert(config), timeout=30)
+
+    def remove(self, name: str) -> None:
+        self.run(self._remove(name), timeout=30)
+
+    async def _configure(self, configs: list[ServerConfig]) -> None:
+        wanted = {c.name for c in configs}
+        for name in [n for n in self._slots if n not in wanted]:
+            await self._remove(name)
+        for config in configs:
+            await self._upsert(config)
+
+    async def _upsert(self, config: ServerConfig) -> None:
+        slot = self._slots.get(config.name)
+        if slot is None:
+            self._slots[config.name] = _Slot(config)
+            self._emit(self._slots[config.name])
+            return
+        old = slot.config
+        slot.config = config
+        if old.fingerprint() != config.fingerprint() or old.enabled != config.enabled:
+            await self._stop_slot(slot)
+            fresh = _Slot(config)
+            fresh.restarts = slot.restarts
+            self._slots[config.name] = fresh
+            self._emit(fresh)
+
+    async def _remove(self, name: str) -> None:
+        slot = self._slots.pop(name, None)
+        if slot is not None:
+            await self._stop_slot(slot)
+
+    async def _stop_slot(self, slot: _Slot) -> None:
+        slot.stopping = True
+        slot.wake.set()
+        if slot.keeper is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(slot.keeper), timeout=15)
+            except (TimeoutError, asyncio.CancelledError):
+                slot.keeper.cancel()
+            except Exception:  # boundary: a keeper that failed on its way out has nothing left to stop
+                logger.exception("keeper of %s failed while stopping", slot.config.name)
+
+    def names(self) -> list[str]:
+        return sorted(self._slots)
+
+    # -- status ------------------------------------------------------------------------
+
+    def status(self, name: str) -> ServerStatus:
+        return self._snapshot(self._slot(name))
+
+    def statuses(self) -> list[ServerStatus]:
+        return [self._snapshot(self._slots[n]) for n in sorted(self._slots)]
+
+    def _slot(self, name: str) -> _Slot:
+        slot = self._slots.get(name)
+        if slot is None:
+            raise errors.transport_error(
+                f"no server named {name!r} is configured", transient=False, reason="unknown_server"
+            )
+        return slot
+
+    def _snapshot(self, slot: _Slot) -> ServerStatus:
+        conn = slot.connection
+        facts = conn.facts if conn is not None else None
+        diag = conn.diagnostics if conn is not None else None
+        now = time.monotonic()
+        wake_at = slot.circuit_until if slot.state == CRASH_LOOPING else slot.next_attempt_at
+        return ServerStatus(
+            name=slot.config.name,
+            state=slot.state,
+            transport=slot.config.transport,
+            enabled=slot.config.enabled,
+            protocol_version=facts.protocol_version if facts else "",
+            era=facts.era if facts else "",
+            server_info=dict(facts.server_info) if facts else {},
+            capabilities=dict(facts.capabilities) if facts else {},
+            instructions=facts.instructions if facts else "",
+            last_error=slot.last_error.as_dict() if slot.last_error else None,
+            stderr_tail=tuple(diag.stderr) if diag is not None and diag.stderr else slot.stderr_tail,
+            connected_since=slot.connected_since,
+            restarts=slot.restarts,
+            next_attempt_in=max(0.0, wake_at - now)
+            if wake_at is not None and slot.state in (FAILING, CRASH_LOOPING)
+            else None,
+            last_probe_ms=slot.last_probe_ms,
+            noise_lines=diag.noise_lines if diag is not None else 0,
+            pid=diag.pid if diag is not None and slot.config.transport == "stdio" else None,
+        )
+
+    def _emit(self, slot: _Slot, kind: str = "state") -> None:
+        if self.listener is None or self._closed:
+            return
+        event = PoolEvent(kind, slot.config.name, self._snapshot(slot))
+        try:
+            self._events.submit(self._deliver, event)
+        except RuntimeError:  # executor shut down during close
+            pass
+
+    def _deliver(self, event: PoolEvent) -> None:
+        assert self.listener is not None
+        try:
+            self.listener(event)
+        except Exception:  # boundary: a listener's bug must not stop the pool
+            logger.exception("pool listener failed on %s for %s", event.kind, event.server)
+
+    def _set_state(self, slot: _Slot, state: str) -> None:
+        if slot.state != state:
+            slot.state = state
+            changed, slot.changed = slot.changed, asyncio.Event()
+            changed.set()
+            self._emit(slot)
+
+    # -- the keeper ----------------------------------------------------------------------
+
+    def _ensure_keeper(self, slot: _Slot) -> None:
+        if slot.keeper is None and slot.config.enabled and not slot.stopping:
+            slot.keeper = self._loop.create_task(self._keep(slot), name=f"mcp-keeper-{slot.config.name}")
+
+    async def _wait_wake(self, slot: _Slot, seconds: float) -> None:
+        slot.wake.clear()
+        try:
+            await asyncio.wait_for(slot.wake.wait(), timeout=max(0.0, seconds))
+        except TimeoutError:
+            pass
+
+    async def _keep(self, slot: _Slot) -> None:
+        policy = self.policy
+        while not slot.stopping:
+            now = time.monotonic()
+            if slot.circuit_until is not None and now < slot.circuit_until:
+                self._set_state(slot, CRASH_LOOPING)
+                await self._wait_wake(slot, slot.circuit_until - now)
+                if slot.stopping:
+                    break
+                if slot.restart_requested:
+                    slot.circuit_until = None
+                continue
+            slot.restart_requested = False
+            slot.next_attempt_at = None
+            self._set_state(slot, CONNECTING)
+            conn = Connection(slot.config, on_tools_changed=lambda s=slot: self._tools_changed(s))
+            failure: McpFailure | None = None
+            try:
+                async with AsyncExitStack() as stack:
+                    await conn.open(stack)
+                    slot.connection = conn
+                    slot.connected_since = time.time()
+                    slot.consecutive = 0
+                    slot.lost_in_a_row = 0
+                    slot.last_error = None
+                    slot.ready.set()
+                    self._set_state(slot, READY)
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(conn.listen_for_changes)
+                        await self._wait_closed(slot, conn)
+                        tg.cancel_scope.cancel()
+                    slot.ready.clear()
+            except McpFailure as exc:
+                failure = exc
+            except Exception as exc:  # boundary: whatever ended the connection is recorded, never raised
+                logger.warning("%s: connection ended: %r", slot.config.name, exc)
+                failure = conn.failure or errors.transport_error(f"connection failed: {exc!r}", reason="crashed")
+            finally:
+                slot.ready.clear()
+                slot.connection = None
+                slot.stderr_tail = tuple(conn.diagnostics.stderr)
+            if failure is None:
+                failure = conn.connect_timed_out()
+            if slot.stopping:
+                break
+            if slot.restart_requested and failure is None:
+                slot.restarts += 1
+                continue
+            # The connection failed or died: record why, then back off.
+            if failure is None:
+                failure = conn.failure or self._death(slot, conn)
+            failure.server = slot.config.name
+            if not failure.stderr_tail:
+                failure.stderr_tail = list(slot.stderr_tail)
+            slot.last_error = failure
+            slot.connected_since = None
+            slot.restarts += 1
+            slot.consecutive += 1
+            now = time.monotonic()
+            slot.failures.append(now)
+            while slot.failures and slot.failures[0] < now - policy.crash_window:
+                slot.failures.popleft()
+            if len(slot.failures) >= policy.crash_threshold:
+                logger.warning(
+                    "%s: %d failures in %.0fs; circuit open for %.0fs",
+                    slot.config.name,
+                    len(slot.failures),
+                    policy.crash_window,
+                    policy.cooldown,
+                )
+                slot.circuit_until = now + policy.cooldown
+                slot.failures.clear()
+                continue
+            if not failure.transient:
+                delay = policy.backoff_cap
+            elif slot.consecutive <= 1:
+                delay = 0.0  # the first restart is immediate: the next call gets a fresh server
+            else:
+                delay = random.uniform(0, min(policy.backoff_cap, policy.backoff_base * 2 ** (slot.consecutive - 1)))
+            slot.next_attempt_at = now + delay
+            self._set_state(slot, FAILING)
+            if delay > 0:
+                await self._wait_wake(slot, delay)
+        slot.state = DISABLED if not slot.config.enabled else IDLE
+        slot.keeper = None
+
+    def _death(self, slot: _Slot, conn: Connection) -> McpFailure:
+        code = conn.diagnostics.returncode
+        if code is not None:
+            return errors.transport_error(f"the server exited (status {code})", reason="crashed")
+        return errors.transport_error("the connection closed", reason="closed")
+
+    async def _wait_closed(self, slot: _Slot, conn: Connection) -> None:
+        while not slot.stopping and not slot.restart_requested and not conn.closed.is_set():
+            slot.wake.clear()
+            closed = asyncio.ensure_future(conn.closed.wait())
+            woke = asyncio.ensure_future(slot.wake.wait())
+            try:
+                await asyncio.wait({closed, woke}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                closed.cancel()
+                woke.cancel()
+
+    async def _tools_changed(self, slot: _Slot) -> None:
+        self._emit(slot, "tools_changed")
+
+    # -- using a connection ----------------------------------------------------------------
+
+    async def _acquire(self, name: str, deadline: float) -> tuple[_Slot, Connection]:
+        slot = self._slot(name)
+        if not slot.config.enabled:
+            raise errors.transport_error(f"{name} is disabled", transient=False, reason="disabled")
+        self._ensure_keeper(slot)
+        while True:
+            conn = slot.connection
+            if conn is not None and slot.ready.is_set() and not conn.closed.is_set():
+                return slot, conn
+            now = time.monotonic()
+            if slot.state == CRASH_LOOPING and slot.circuit_until is not None:
+                failure = errors.transport_error(
+                    f"{name} is crash-looping; retried in {max(0.0, slot.circuit_until - now):.0f}s"
+                    + (f" (last error: {slot.last_error.message})" if slot.last_error else ""),
+                    reason="circuit_open",
+                    server=name,
+                )
+                failure.stderr_tail = list(slot.stderr_tail)
+                raise failure
+            permanent = slot.last_error is not None and not slot.last_error.transient
+            if slot.state == FAILING and (
+                permanent or (slot.next_attempt_at is not None and slot.next_attempt_at > deadline)
+            ):
+                last = slot.last_error or errors.transport_error(f"{name} is failing", reason="failing")
+                wait = f" (next attempt in {slot.next_attempt_at - now:.1f}s)" if slot.next_attempt_at else ""
+                raise dataclasses.replace(
+                    last, message=last.message + wait, server=name, stderr_tail=list(slot.stderr_tail)
+                )
+            remaining = deadline - now
+            if remaining <= 0:
+                raise errors.transport_error(
+                    f"{name} did not become ready in time"
+                    + (f" (last error: {slot.last_error.message})" if slot.last_error else ""),
+                    reason="not_ready",
+                    server=name,
+                )
+            # Wait for the keeper to (re)connect, or for any other state change.
+            try:
+                await asyncio.wait_for(slot.changed.wait(), timeout=min(remaining, 1.0))
+            except TimeoutError:
+                pass
+
+    def _note(self, slot: _Slot, failure: McpFailure | None) -> None:
+        """Keep `degraded`/`ready` honest after each request on a live connection."""
+        if failure is None or failure.kind in ("protocol", "tool"):
+            slot.lost_in_a_row = 0
+            if slot.state == DEGRADED and slot.connection is not None:
+                self._set_state(slot, READY)
+            return
+        slot.lost_in_a_row += 1
+        slot.last_error = failure
+        if slot.connection is not None and slot.lost_in_a_row >= self.policy.lost_requests_degrade:
+            self._set_state(slot, DEGRADED)
+        if failure.reason == "message_too_large" and slot.connection is not None:
+            # The stream cannot be trusted after a refused message: start over.
+            slot.restart_requested = False
+            slot.connection.closed.set()
+
+    async def _call_tool(
+        self,
+        name: str,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        timeout: float | None,
+        meta: dict[str, Any] | None,
+        on_progress: ProgressFn | None,
+    ) -> dict[str, Any]:
+        slot = self._slot(name)
+        limit = timeout if timeout is not None else slot.config.call_timeout
+        deadline = time.monotonic() + slot.config.connect_timeout
+        slot, conn = await self._acquire(name, deadline)
+        try:
+            result = await conn.call_tool(tool, arguments, timeout=limit, meta=meta, on_progress=on_progress)
+        except McpFailure as failure:
+            self._note(slot, failure)
+            raise
+        self._note(slot, None)
+        return result
+
+    async def _list_tools(self, name: str, timeout: float | None) -> list[dict[str, Any]]:
+        slot = self._slot(name)
+        slot, conn = await self._acquire(name, time.monotonic() + slot.config.connect_timeout)
+        try:
+            tools = await conn.list_tools(timeout)
+        except TimeoutError:
+            failure = errors.ambiguous_error("the tool listing timed out", reason="timeout", server=name)
+            self._note(slot, failure)
+            raise failure from None
+        except McpFailure as failure:
+            self._note(slot, failure)
+            raise
+        self._note(slot, None)
+        return tools
+
+    async def _probe(self, name: str) -> ServerStatus:
+        slot = self._slot(name)
+        if not slot.config.enabled:
+            return self._snapshot(slot)
+        try:
+            slot, conn = await self._acquire(name, time.monotonic() + slot.config.connect_timeout)
+        except McpFailure:
+            return self._snapshot(slot)
+        try:
+            took = await conn.probe(self.policy.probe_timeout)
+        except (McpFailure, TimeoutError) as exc:
+            failure = (
+                exc
+                if isinstance(exc, McpFailure)
+                else errors.ambiguous_error(
+                    f"no answer to the health probe within {self.policy.probe_timeout:g}s",
+                    reason="timeout",
+                    server=name,
+                )
+            )
+            slot.last_error = failure
+            if slot.connection is not None:
+                self._set_state(slot, DEGRADED)
+            return self._snapshot(slot)
+        slot.last_probe_ms = round(took * 1000, 2)
+        slot.lost_in_a_row = 0
+        self._set_state(slot, DEGRADED if took > self.policy.slow_probe else READY)
+        return self._snapshot(slot)
+
+    async def _restart(self, name: str) -> None:
+        slot = self._slot(name)
+        slot.restart_requested = True
+        slot.circuit_until = None
+        slot.failures.clear()
+        slot.consecutive = 0
+        slot.wake.set()
+        self._ensure_keeper(slot)
+
+    # -- public API: blocking (for threads) and async (for other loops) ------------------------
+
+    def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        meta: dict[str, Any] | None = None,
+        on_progress: ProgressFn | None = None,
+    ) -> dict[str, Any]:
+        """Call `tool` on `server`; the result as plain data, or raise :class:`McpFailure`."""
+        slot = self._slot(server)
+        limit = (timeout if timeout is not None else slot.config.call_timeout) + slot.config.connect_timeout + 5
+        return self.run(self._call_tool(server, tool, arguments, timeout, meta, on_progress), timeout=limit)
+
+    async def acall_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        meta: dict[str, Any] | None = None,
+        on_progress: ProgressFn | None = None,
+    ) -> dict[str, Any]:
+        return await self.arun(self._call_tool(server, tool, arguments, timeout, meta, on_progress))
+
+    def list_tools(self, server: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        slot = self._slot(server)
+        limit = (timeout or slot.config.call_timeout) + slot.config.connect_timeout + 5
+        return self.run(self._list_tools(server, timeout), timeout=limit)
+
+    async def alist_tools(self, server: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        return await self.arun(self._list_tools(server, timeout))
+
+    def probe(self, server: str) -> ServerStatus:
+        slot = self._slot(server)
+        return self.run(self._probe(server), timeout=slot.config.connect_timeout + self.policy.probe_timeout + 5)
+
+    def restart(self, server: str) -> None:
+        self.run(self._restart(server), timeout=10)
+
+    def connect(self, server: str, timeout: float | None = None) -> ServerStatus:
+        """Connect now (instead of lazily) and return the status once ready or failed."""
+        slot = self._slot(server)
+
+        async def go() -> ServerStatus:
+            try:
+                await self._acquire(server, time.monotonic() + (timeout or slot.config.connect_timeout))
+            except McpFailure:
+                pass
+            return self._snapshot(self._slot(server))
+
+        return self.run(go(), timeout=(timeout or slot.config.connect_timeout) + 5)

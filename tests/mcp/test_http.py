@@ -1,0 +1,137 @@
+"""The connection layer over HTTP: bundled servers in both eras, and failures by status."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hostapp.mcp import McpFailure, Pool, ServerConfig
+from tests.fixtures.http_faults import FaultyServer
+from tests.helpers import REPO, free_port, wait_until
+
+
+@pytest.fixture
+def mailbox_http(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "servers.mailbox",
+            "--transport",
+            "http",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def up() -> bool:
+        assert proc.poll() is None
+        httpx.get(url, timeout=1)
+        return True
+
+    try:
+        wait_until(up, timeout=30, what="the mailbox over HTTP")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # uvicorn waits for open keep-alive connections
+            proc.kill()
+            proc.wait()
+
+
+def test_a_modern_http_server_is_reached_statelessly(pool: Pool, mailbox_http: str) -> None:
+    pool.configure([ServerConfig("mailbox", "http", url=mailbox_http)])
+    status = pool.connect("mailbox")
+    assert status.state == "ready", status
+    assert status.protocol_version == "2026-07-28"
+    assert status.era == "modern"
+    assert status.server_info["name"] == "mailbox"
+    assert "dev.patchbay/idempotency" in (status.capabilities.get("experimental") or {})
+    names = [t["name"] for t in pool.list_tools("mailbox")]
+    assert names == ["search", "read", "archive", "send", "delete"]
+    result = pool.call_tool("mailbox", "read", {"message_id": "msg-0001"})
+    assert not result.get("isError")
+    assert result["structuredContent"]["id"] == "msg-0001"
+
+
+@pytest.mark.parametrize(
+    ("code", "kind", "transient"),
+    [
+        (429, "transport", True),
+        (503, "transport", True),
+        (500, "ambiguous", True),
+        (401, "transport", False),
+        (403, "transport", False),
+    ],
+)
+def test_http_statuses_are_classified(pool: Pool, code: int, kind: str, transient: bool) -> None:
+    with FaultyServer() as server:
+        pool.configure([ServerConfig("faulty", "http", url=server.url)])
+        assert pool.call_tool("faulty", "echo", {"text": "ok"})["content"][0]["text"] == "ok"
+        with pytest.raises(McpFailure) as caught:
+            pool.call_tool("faulty", "status", {"code": code})
+        assert (caught.value.kind, caught.value.transient, caught.value.http_status) == (kind, transient, code)
+        # The connection survives a failed request.
+        assert pool.call_tool("faulty", "echo", {"text": "still"})["content"][0]["text"] == "still"
+
+
+def test_an_oversized_json_body_is_refused(pool: Pool) -> None:
+    with FaultyServer() as server:
+        pool.configure([ServerConfig("faulty", "http", url=server.url, max_message_bytes=64 * 1024)])
+        assert pool.call_tool("faulty", "huge", {"size": 1000})["content"][0]["text"] == "z" * 1000
+        with pytest.raises(McpFailure) as caught:
+            pool.call_tool("faulty", "huge", {"size": 200_000})
+        assert caught.value.reason == "message_too_large"
+
+
+def test_a_timed_out_http_call_closes_its_stream(pool: Pool) -> None:
+    with FaultyServer() as server:
+        pool.configure([ServerConfig("faulty", "http", url=server.url)])
+        with pytest.raises(McpFailure) as caught:
+            pool.call_tool("faulty", "slow", {"seconds": 5}, timeout=0.5)
+        assert caught.value.reason == "timeout"
+        wait_until(lambda: server.disconnected == ["slow"], timeout=5, what="the server to see the stream close")
+        assert pool.call_tool("faulty", "echo", {"text": "after"})["content"][0]["text"] == "after"
+
+
+def test_an_unreachable_server_is_a_transient_transport_error(pool: Pool) -> None:
+    pool.configure([ServerConfig("gone", "http", url=f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=5)])
+    with pytest.raises(McpFailure) as caught:
+        pool.call_tool("gone", "echo")
+    assert caught.value.kind == "transport"
+    assert caught.value.transient
+    assert pool.status("gone").state in ("failing", "crash-looping", "connecting")
+
+
+def test_a_server_that_refuses_authorization_is_permanent(pool: Pool) -> None:
+    with FaultyServer(always_status=401) as server:
+        pool.configure([ServerConfig("locked", "http", url=server.url, connect_timeout=5)])
+        with pytest.raises(McpFailure) as caught:
+            pool.call_tool("locked", "echo")
+        assert caught.value.kind == "transport"
+        assert not caught.value.transient, caught.value
+        assert caught.value.http_status == 401
+
+
+def test_headers_are_sent_with_every_request(pool: Pool) -> None:
+    with FaultyServer() as server:
+        pool.configure([ServerConfig("faulty", "http", url=server.url, headers={"Authorization": "Bearer s3cret"})])
+        pool.call_tool("faulty", "echo", {"text": "x"})
+        assert len(server.headers) >= 2  # discover, call
+        assert all(h.get("authorization") == "Bearer s3cret" for h in server.headers)
+        call = next(h for h in server.headers if h.get("mcp-method") == "tools/call")
+        assert call["mcp-method"] == "tools/call"
+        assert call["mcp-name"] == "echo"
+        assert call["mcp-protocol-version"] == "2026-07-28"
