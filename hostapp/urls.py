@@ -6,4 +6,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("hostapp.core.urls")),
+    path("", include("hostapp.catalog.urls")),
 ]

@@ -10,13 +10,6 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="core/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
-    path(
-        "servers/",
-        views.section,
-        {"title": "Servers", "empty": "No MCP servers are configured yet."},
-        name="servers",
-    ),
-    path("catalog/", views.section, {"title": "Catalog", "empty": "No tools yet."}, name="catalog"),
     path("calls/", views.section, {"title": "Calls", "empty": "No tool calls yet."}, name="calls"),
     path("outbox/", views.section, {"title": "Outbox", "empty": "The outbox is empty."}, name="outbox"),
 ]

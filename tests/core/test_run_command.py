@@ -121,9 +121,13 @@ def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_
         for section in ("Servers", "Catalog", "Calls", "Outbox"):
             assert f">{section}</a>" in home.text
 
+        # The first run imported servers/mcp.json and the worker listed their tools.
+        assert "Imported the bundled servers from servers/mcp.json" in host.output
+        wait_until(lambda: "mailbox__send" in client.get("/catalog/").text, timeout=60, what="a populated catalog")
+
         procs = _descendants(host.proc.pid)
         names = " ".join(" ".join(p.cmdline()) for p in procs)
-        for part in ("redis-server", "daphne", "worker", "beat"):
+        for part in ("redis-server", "daphne", "worker", "beat", "servers.mailbox", "servers.tasks"):
             assert part in names, names
         assert (tmp_path / "redis.sock").exists()
 

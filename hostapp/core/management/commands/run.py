@@ -7,6 +7,7 @@ them, and any MCP server they started, before it returns.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -66,6 +67,21 @@ def ensure_admin(stdout: Any) -> None:
     stdout.write("")
 
 
+def import_bundled_servers(stdout: Any) -> list[str]:
+    """On the first run, configure the bundled servers so the catalog is not empty."""
+    from hostapp.catalog.actions import import_servers
+    from hostapp.catalog.models import Server
+
+    marker = Path(settings.DATA_DIR) / ".bundled-servers-imported"
+    source = Path(settings.BASE_DIR) / "servers" / "mcp.json"
+    if marker.exists() or Server.objects.exists() or not source.exists():
+        return []
+    result = import_servers(json.loads(source.read_text()))
+    marker.write_text("servers/mcp.json was imported on the first run\n")
+    stdout.write(f"Imported the bundled servers from servers/mcp.json: {', '.join(result.created)}")
+    return result.created
+
+
 def wait_for_redis(url: str, deadline: float) -> None:
     import redis
 
@@ -105,6 +121,7 @@ class Command(BaseCommand):
                 self._start_redis(sup)
             call_command("migrate", interactive=False, verbosity=0)
             ensure_admin(self.stdout)
+            first_servers = import_bundled_servers(self.stdout)
             sup.start(ChildSpec("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "hostapp.asgi:application"]))
             if not options["no_worker"]:
                 worker = [py, "-m", "celery", "-A", "hostapp", "worker", "--pool", "threads"]
@@ -114,6 +131,11 @@ class Command(BaseCommand):
                 beat = [py, "-m", "celery", "-A", "hostapp", "beat", "-l", "INFO"]
                 beat += ["--schedule", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)]
                 sup.start(ChildSpec("beat", beat))
+            if first_servers:
+                from hostapp.catalog.tasks import queue_refresh
+
+                for name in first_servers:
+                    queue_refresh(name, reason="first run")
             shown = f"[{host}]" if ":" in host else host
             self.stdout.write(self.style.SUCCESS(f"Patchbay is starting at http://{shown}:{port}/  (Ctrl-C stops it)"))
             sup.watch()

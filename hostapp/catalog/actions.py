@@ -1,0 +1,371 @@
+"""Every change to servers and tools: each function owns its transaction.
+
+Views, tasks and commands parse input and call these; nothing else writes the catalog.
+Live events leave only after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from hostapp.core.events import send_event_on_commit
+from hostapp.mcp import McpFailure
+from hostapp.mcp.config import ConfigError, ServerConfig, parse_document, render_document
+from hostapp.mcp.pool import ServerStatus
+from hostapp.mcp.sanitize import TITLE_CAP, clean_text, removed_characters, safe_icons
+
+from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool, definition_hash
+from .naming import expose_names
+
+logger = logging.getLogger(__name__)
+
+# What the MCP spec says an absent hint means.
+ANNOTATION_DEFAULTS = {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False, "openWorldHint": True}
+
+
+# --- classes and annotations ---------------------------------------------------------
+
+
+def claimed_class(annotations: dict[str, Any]) -> str:
+    hints = {**ANNOTATION_DEFAULTS, **{k: v for k, v in annotations.items() if isinstance(v, bool)}}
+    if hints["readOnlyHint"]:
+        return READ_ONLY
+    if hints["destructiveHint"]:
+        return DESTRUCTIVE
+    return WRITE
+
+
+def effective_class(annotations: dict[str, Any], trusted: bool, override: str = "") -> str:
+    """An admin's override; else the annotations of a trusted server; else destructive."""
+    if override:
+        return override
+    if trusted:
+        return claimed_class(annotations)
+    return DESTRUCTIVE
+
+
+def applied_annotations(tool: Tool) -> dict[str, Any]:
+    """The annotations the host acts on (and tells agents), after trust and overrides."""
+    claimed = {**ANNOTATION_DEFAULTS, **{k: v for k, v in tool.annotations.items() if isinstance(v, bool)}}
+    if tool.server.trusted and not tool.class_override:
+        return claimed
+    cls = tool.effective_class
+    applied = dict(ANNOTATION_DEFAULTS)
+    applied["readOnlyHint"] = cls == READ_ONLY
+    applied["destructiveHint"] = cls == DESTRUCTIVE
+    # Idempotency is only believed from a trusted server.
+    applied["idempotentHint"] = bool(claimed["idempotentHint"]) if tool.server.trusted else False
+    return applied
+
+
+def _display_fields(definition: dict[str, Any]) -> dict[str, Any]:
+    title = definition.get("title") or (definition.get("annotations") or {}).get("title") or ""
+    raw_description = definition.get("description") or ""
+    dropped = removed_characters(raw_description) + removed_characters(title)
+    return {
+        "title": clean_text(title, TITLE_CAP),
+        "description": clean_text(raw_description),
+        "icons": safe_icons(definition.get("icons")),
+        "text_warning": f"{dropped} invisible or control characters were removed" if dropped else "",
+    }
+
+
+# --- servers -----------------------------------------------------------------------------
+
+
+def _config_fields(config: ServerConfig) -> dict[str, Any]:
+    return {
+        "transport": config.transport,
+        "command": config.command,
+        "args": list(config.args),
+        "env": dict(config.env),
+        "cwd": config.cwd or "",
+        "url": config.url,
+        "headers": dict(config.headers),
+        "trusted": config.trusted,
+        "enabled": config.enabled,
+    }
+
+
+def _keep_masked(name: str, field_name: str, new: dict[str, str], old: dict[str, str]) -> dict[str, str]:
+    """A masked value in an imported file means "keep the secret we have"."""
+    out = {}
+    for key, value in new.items():
+        if value == SECRET_MASK:
+            if key not in old:
+                raise ConfigError(name, field_name, f"{key!r} is masked but no value is stored for it")
+            out[key] = old[key]
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass
+class ImportResult:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+def import_servers(document: Any) -> ImportResult:
+    """Create or update the servers of an `mcpServers` document, all or nothing."""
+    configs = parse_document(document)
+    result = ImportResult()
+    with transaction.atomic():
+        existing = {s.name: s for s in Server.objects.select_for_update().filter(name__in=[c.name for c in configs])}
+        for config in configs:
+            fields = _config_fields(config)
+            server = existing.get(config.name)
+            fields["env"] = _keep_masked(config.name, "env", fields["env"], server.env if server else {})
+            fields["headers"] = _keep_masked(
+                config.name, "headers", fields["headers"], server.headers if server else {}
+            )
+            if server is None:
+                Server.objects.create(name=config.name, **fields)
+                result.created.append(config.name)
+                continue
+            if all(getattr(server, k) == v for k, v in fields.items()):
+                result.unchanged.append(config.name)
+                continue
+            trust_changed = server.trusted != fields["trusted"]
+            for key, value in fields.items():
+                setattr(server, key, value)
+            server.config_changed_at = timezone.now()
+            server.save(update_fields=[*fields, "config_changed_at"])
+            if trust_changed:
+                _reclassify(server)
+            result.updated.append(config.name)
+        send_event_on_commit("server.changed", {"names": result.created + result.updated})
+    return result
+
+
+def export_servers(include_secrets: bool = False) -> dict[str, Any]:
+    """The `mcpServers` document; secrets are masked unless asked for."""
+    configs = []
+    for server in Server.objects.order_by("name"):
+        config = server.to_config()
+        if not include_secrets:
+            config = ServerConfig(
+                **{
+                    **config.__dict__,
+                    "env": {k: SECRET_MASK for k in config.env},
+                    "headers": {k: SECRET_MASK for k in config.headers},
+                }
+            )
+        configs.append(config)
+    return render_document(configs)
+
+
+def save_server(server: Server, *, config_changed: bool, trust_changed: bool) -> None:
+    """Persist an edited server (from a form); the pools pick the change up."""
+    with transaction.atomic():
+        if config_changed:
+            server.config_changed_at = timezone.now()
+        server.save()
+        if trust_changed:
+            _reclassify(server)
+        send_event_on_commit("server.changed", {"names": [server.name]})
+
+
+def set_enabled(server: Server, enabled: bool) -> None:
+    with transaction.atomic():
+        server.enabled = enabled
+        server.config_changed_at = timezone.now()
+        server.state = "idle" if enabled else "disabled"
+        server.save(update_fields=["enabled", "config_changed_at", "state"])
+        send_event_on_commit("server.changed", {"names": [server.name]})
+
+
+def delete_server(server: Server) -> None:
+    with transaction.atomic():
+        name = server.name
+        server.delete()
+        send_event_on_commit("server.changed", {"names": [name]})
+        send_event_on_commit("catalog.changed", {"server": name})
+
+
+def record_status(status: ServerStatus) -> None:
+    """Store what a pool saw of a server (state, revision, errors) for the pages."""
+    fields = {
+        "state": status.state,
+        "state_at": timezone.now(),
+        "stderr_tail": list(status.stderr_tail),
+        "last_error": status.last_error,
+    }
+    if status.protocol_version:
+        fields.update(
+            protocol_version=status.protocol_version,
+            server_info=status.server_info,
+            capabilities=status.capabilities,
+            instructions=clean_text(status.instructions),
+        )
+    with transaction.atomic():
+        updated = Server.objects.filter(name=status.name).update(**fields)
+        if updated:
+            send_event_on_commit("server.changed", {"names": [status.name], "state": status.state})
+
+
+# --- tools --------------------------------------------------------------------------------
+
+
+def _reclassify(server: Server) -> None:
+    for tool in server.tools.all():
+        cls = effective_class(tool.annotations, server.trusted, tool.class_override)
+        if cls != tool.effective_class:
+            tool.effective_class = cls
+            tool.save(update_fields=["effective_class"])
+    send_event_on_commit("catalog.changed", {"server": server.name})
+
+
+@dataclass
+class RefreshResult:
+    server: str
+    ok: bool
+    tools: int = 0
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshResult:
+    """Merge a complete tool listing into the catalog: pin, quarantine, add and remove."""
+    result = RefreshResult(server.name, ok=True)
+    by_name: dict[str, dict[str, Any]] = {}
+    for definition in definitions:
+        name = definition.get("name")
+        if isinstance(name, str) and name and name not in by_name:
+            by_name[name] = definition
+    exposed = expose_names(server.name, by_name)
+    now = timezone.now()
+    with transaction.atomic():
+        current = {t.original_name: t for t in Tool.objects.select_for_update().filter(server=server)}
+        gone = [t for name, t in current.items() if name not in by_name]
+        if gone:
+            Tool.objects.filter(pk__in=[t.pk for t in gone]).delete()
+            result.removed = sorted(t.exposed_name for t in gone)
+        # Free exposed names first, so that names can move between tools in one refresh.
+        moving = [t for name, t in current.items() if name in by_name and t.exposed_name != exposed[name].name]
+        for tool in moving:
+            tool.exposed_name = f"~{tool.pk}"
+            tool.save(update_fields=["exposed_name"])
+        to_create: list[Tool] = []
+        for name, definition in by_name.items():
+            digest = definition_hash(definition)
+            display = _display_fields(definition)
+            names = exposed[name]
+            tool = current.get(name)
+            if tool is None:
+                trusted_new = server.trusted
+                tool = Tool(
+                    server=server,
+                    original_name=name,
+                    exposed_name=names.name,
+                    name_warning=names.warning,
+                    definition=definition,
+                    definition_hash=digest,
+                    pinned_definition=definition if trusted_new else None,
+                    pinned_hash=digest if trusted_new else "",
+                    status=Tool.ACTIVE if trusted_new else Tool.QUARANTINED,
+                    quarantine_reason="" if trusted_new else Tool.NEW,
+                    effective_class=effective_class(definition.get("annotations") or {}, server.trusted),
+                    **display,
+                )
+                to_create.append(tool)
+                result.added.append(names.name)
+                if not trusted_new:
+                    result.quarantined.append(names.name)
+                continue
+            update: dict[str, Any] = {}
+            if tool.exposed_name != names.name or tool.name_warning != names.warning:
+                update.update(exposed_name=names.name, name_warning=names.warning)
+            if digest != tool.definition_hash:
+                update.update(definition=definition, definition_hash=digest, changed_at=now, **display)
+                update["effective_class"] = effective_class(
+                    definition.get("annotations") or {}, server.trusted, tool.class_override
+                )
+                if tool.pinned_hash and digest != tool.pinned_hash:
+                    update.update(status=Tool.QUARANTINED, quarantine_reason=Tool.CHANGED)
+                    result.quarantined.append(names.name)
+                elif tool.pinned_hash and digest == tool.pinned_hash:
+                    # Changed back to what was accepted: nothing left to review.
+                    update.update(status=Tool.ACTIVE, quarantine_reason="")
+                result.changed.append(names.name)
+            if update:
+                for key, value in update.items():
+                    setattr(tool, key, value)
+                tool.save(update_fields=list(update))
+        if to_create:
+            Tool.objects.bulk_create(to_create, batch_size=500)
+        server.tools_refreshed_at = now
+        server.stale = False
+        server.refresh_error = ""
+        server.save(update_fields=["tools_refreshed_at", "stale", "refresh_error"])
+        result.tools = len(by_name)
+        send_event_on_commit("catalog.changed", {"server": server.name})
+        send_event_on_commit("server.changed", {"names": [server.name]})
+    return result
+
+
+def mark_refresh_failed(server: Server, failure: McpFailure | str) -> RefreshResult:
+    """The server could not be listed: keep its last good tools, marked stale."""
+    message = str(failure.message if isinstance(failure, McpFailure) else failure)
+    with transaction.atomic():
+        server.stale = True
+        server.refresh_error = message[:2000]
+        server.save(update_fields=["stale", "refresh_error"])
+        send_event_on_commit("server.changed", {"names": [server.name]})
+    return RefreshResult(server.name, ok=False, tools=server.tools.count(), error=message)
+
+
+def refresh_server(server: Server) -> RefreshResult:
+    """List the server's tools through this process's pool and merge them."""
+    from .pool import pool_for
+
+    if not server.enabled:
+        return RefreshResult(server.name, ok=False, tools=server.tools.count(), error="the server is disabled")
+    pool = pool_for(server)
+    try:
+        definitions = pool.list_tools(server.name)
+    except McpFailure as failure:
+        logger.warning("refresh of %s failed: %s", server.name, failure)
+        return mark_refresh_failed(server, failure)
+    return record_tools(server, definitions)
+
+
+def accept_tool(tool: Tool, user: Any) -> None:
+    """A person reviewed the tool's current definition: pin it and make it callable."""
+    with transaction.atomic():
+        tool.pinned_definition = tool.definition
+        tool.pinned_hash = tool.definition_hash
+        tool.status = Tool.ACTIVE
+        tool.quarantine_reason = ""
+        tool.accepted_at = timezone.now()
+        tool.accepted_by = user if getattr(user, "pk", None) else None
+        tool.save(
+            update_fields=[
+                "pinned_definition",
+                "pinned_hash",
+                "status",
+                "quarantine_reason",
+                "accepted_at",
+                "accepted_by",
+            ]
+        )
+        send_event_on_commit("catalog.changed", {"server": tool.server.name, "tool": tool.exposed_name})
+
+
+def set_class_override(tool: Tool, override: str) -> None:
+    if override not in ("", READ_ONLY, WRITE, DESTRUCTIVE):
+        raise ValueError(f"unknown class {override!r}")
+    with transaction.atomic():
+        tool.class_override = override
+        tool.effective_class = effective_class(tool.annotations, tool.server.trusted, override)
+        tool.save(update_fields=["class_override", "effective_class"])
+        send_event_on_commit("catalog.changed", {"server": tool.server.name, "tool": tool.exposed_name})

@@ -1,0 +1,176 @@
+"""`mcp import|export|servers|tools|refresh`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError, OutputWrapper
+
+from hostapp.mcp.config import ConfigError
+
+from . import actions
+from .models import Server, Tool
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("import", help="import servers from an mcpServers JSON file")
+    p.add_argument("file", help="a Claude Desktop / Cursor / VS Code config file, or - for stdin")
+    p.add_argument("--refresh", action="store_true", help="list the imported servers' tools right away")
+    p.set_defaults(handler=cmd_import)
+
+    p = subparsers.add_parser("export", help="print the servers as an mcpServers JSON document")
+    p.add_argument("--include-secrets", action="store_true", help="write env and header values in full")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.set_defaults(handler=cmd_export)
+
+    p = subparsers.add_parser("servers", help="list the configured servers and their state")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_servers)
+
+    p = subparsers.add_parser("tools", help="list the merged catalog")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--server", help="only this server's tools")
+    p.add_argument("--status", choices=[Tool.ACTIVE, Tool.QUARANTINED])
+    p.set_defaults(handler=cmd_tools)
+
+    p = subparsers.add_parser("refresh", help="list tools again (all servers, or the ones named)")
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.set_defaults(handler=cmd_refresh)
+
+
+def _read_document(path: str) -> Any:
+    import sys
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+
+
+def cmd_import(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
+    document = _read_document(options["file"])
+    try:
+        result = actions.import_servers(document)
+    except ConfigError as exc:
+        raise CommandError(f"nothing imported: {exc}") from None
+    for label, names in (("created", result.created), ("updated", result.updated), ("unchanged", result.unchanged)):
+        if names:
+            out.write(f"{label}: {', '.join(names)}")
+    if options["refresh"]:
+        return _refresh(result.created + result.updated + result.unchanged, out, err)
+    return 0
+
+
+def cmd_export(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
+    text = json.dumps(actions.export_servers(include_secrets=options["include_secrets"]), indent=2) + "\n"
+    if options["output"]:
+        Path(options["output"]).write_text(text)
+        return 0
+    out.write(text, ending="")
+    return 0
+
+
+def server_row(server: Server, tool_count: int) -> dict[str, Any]:
+    return {
+        "name": server.name,
+        "transport": server.transport,
+        "state": server.state,
+        "protocol_version": server.protocol_version,
+        "tool_count": tool_count,
+        "trusted": server.trusted,
+        "enabled": server.enabled,
+        "stale": server.stale,
+        "last_error": (server.last_error or {}).get("message") or server.refresh_error or None,
+    }
+
+
+def cmd_servers(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
+    from django.db.models import Count
+
+    rows = [server_row(s, s.n_tools) for s in Server.objects.annotate(n_tools=Count("tools")).order_by("name")]
+    if options["json"]:
+        out.write(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        out.write("No servers configured. Import some: manage.py mcp import servers/mcp.json")
+        return 0
+    out.write(f"{'NAME':<16} {'TRANSPORT':<9} {'STATE':<14} {'REVISION':<11} {'TOOLS':>5}  TRUSTED  ENABLED")
+    for r in rows:
+        out.write(
+            f"{r['name']:<16} {r['transport']:<9} {r['state']:<14} {r['protocol_version'] or '-':<11} "
+            f"{r['tool_count']:>5}  {'yes' if r['trusted'] else 'no':<7}  {'yes' if r['enabled'] else 'no'}"
+        )
+        if r["last_error"]:
+            out.write(f"{'':<16} last error: {r['last_error']}")
+    return 0
+
+
+def tool_row(tool: Tool) -> dict[str, Any]:
+    return {
+        "name": tool.exposed_name,
+        "server": tool.server.name,
+        "original_name": tool.original_name,
+        "title": tool.title,
+        "description": tool.description,
+        "effective_class": tool.effective_class,
+        "annotations": actions.applied_annotations(tool),
+        "claimed_annotations": tool.annotations,
+        "input_schema": tool.input_schema,
+        "output_schema": tool.output_schema,
+        "status": tool.status,
+    }
+
+
+def cmd_tools(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
+    tools = Tool.objects.select_related("server").order_by("exposed_name")
+    if options["server"]:
+        tools = tools.filter(server__name=options["server"])
+    if options["status"]:
+        tools = tools.filter(status=options["status"])
+    if options["json"]:
+        out.write(json.dumps([tool_row(t) for t in tools], indent=2))
+        return 0
+    for t in tools:
+        flag = "" if t.status == Tool.ACTIVE else f"  [{t.status}: {t.quarantine_reason}]"
+        out.write(f"{t.exposed_name:<40} {t.get_effective_class_display():<12} {t.title or t.description[:60]}{flag}")
+    return 0
+
+
+def _refresh(names: list[str], out: OutputWrapper, err: OutputWrapper) -> int:
+    failed = 0
+    servers = list(Server.objects.filter(name__in=names).order_by("name")) if names else list(Server.objects.all())
+    missing = sorted(set(names) - {s.name for s in servers})
+    for name in missing:
+        err.write(f"{name}: no such server")
+        failed += 1
+    for i, server in enumerate(servers, 1):
+        out.write(f"[{i}/{len(servers)}] {server.name}: refreshing...", ending="")
+        out.flush()
+        result = actions.refresh_server(server)
+        if result.ok:
+            extra = []
+            for label, items in (
+                ("added", result.added),
+                ("changed", result.changed),
+                ("removed", result.removed),
+                ("quarantined", result.quarantined),
+            ):
+                if items:
+                    extra.append(f"{len(items)} {label}")
+            out.write(f" {result.tools} tools" + (f" ({', '.join(extra)})" if extra else ""))
+        else:
+            out.write(" failed")
+            err.write(f"{server.name}: {result.error}")
+            failed += 1
+    return 1 if failed else 0
+
+
+def cmd_refresh(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
+    return _refresh(options["names"], out, err)

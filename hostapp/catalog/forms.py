@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from django import forms
+
+from hostapp.mcp.config import ConfigError, parse_entry
+
+from .models import SECRET_MASK, Server
+
+
+def _parse_pairs(text: str, sep: str, label: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        key, found, value = line.partition(sep)
+        if not found or not key.strip():
+            raise forms.ValidationError(f"line {number}: write {label}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+class ServerForm(forms.Form):
+    name = forms.CharField(max_length=32, help_text="A slug: lowercase letters, digits and inner hyphens.")
+    transport = forms.ChoiceField(choices=Server.TRANSPORTS)
+    command = forms.CharField(required=False, max_length=500, help_text="stdio: the program to start.")
+    args = forms.CharField(
+        required=False, widget=forms.TextInput, help_text="stdio: arguments, as a shell would split them."
+    )
+    env = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=f"stdio: KEY=value per line. Stored values show as {SECRET_MASK}; leave them to keep them.",
+    )
+    cwd = forms.CharField(required=False, max_length=500, label="Working directory")
+    url = forms.CharField(required=False, max_length=500, label="URL", help_text="HTTP: the MCP endpoint.")
+    headers = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=f"HTTP: Name: value per line. Stored values show as {SECRET_MASK}; leave them to keep them.",
+    )
+    trusted = forms.BooleanField(required=False, help_text="Believe its tool annotations.")
+    enabled = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args: Any, instance: Server | None = None, **kwargs: Any) -> None:
+        self.instance = instance
+        if instance is not None and "initial" not in kwargs:
+            kwargs["initial"] = {
+                "name": instance.name,
+                "transport": instance.transport,
+                "command": instance.command,
+                "args": shlex.join(instance.args or []),
+                "env": "\n".join(f"{k}={SECRET_MASK}" for k in instance.env),
+                "cwd": instance.cwd,
+                "url": instance.url,
+                "headers": "\n".join(f"{k}: {SECRET_MASK}" for k in instance.headers),
+                "trusted": instance.trusted,
+                "enabled": instance.enabled,
+            }
+        super().__init__(*args, **kwargs)
+        if instance is not None:
+            self.fields["name"].disabled = True
+
+    def clean_args(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data.get("args") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(f"cannot split the arguments: {exc}") from None
+
+    def _keep(self, new: dict[str, str], old: dict[str, str], field_name: str) -> dict[str, str]:
+        out = {}
+        for key, value in new.items():
+            if value == SECRET_MASK:
+                if key not in old:
+                    raise forms.ValidationError(f"{key} has no stored value to keep; type the value")
+                out[key] = old[key]
+            else:
+                out[key] = value
+        return out
+
+    def clean_env(self) -> dict[str, str]:
+        pairs = _parse_pairs(self.cleaned_data.get("env") or "", "=", "KEY=value")
+        return self._keep(pairs, self.instance.env if self.instance else {}, "env")
+
+    def clean_headers(self) -> dict[str, str]:
+        pairs = _parse_pairs(self.cleaned_data.get("headers") or "", ":", "Name: value")
+        return self._keep(pairs, self.instance.headers if self.instance else {}, "headers")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        name = self.instance.name if self.instance else data["name"]
+        if self.instance is None and Server.objects.filter(name=name).exists():
+            self.add_error("name", "A server with this name exists already.")
+            return data
+        entry: dict[str, Any] = {"trusted": data["trusted"], "enabled": data["enabled"]}
+        if data["transport"] == Server.STDIO:
+            entry.update(command=data["command"], args=data["args"], env=data["env"])
+            if data["cwd"]:
+                entry["cwd"] = data["cwd"]
+        else:
+            entry.update(url=data["url"], headers=data["headers"], type=data["transport"])
+        try:
+            self.config = parse_entry(name, entry)
+        except ConfigError as exc:
+            field_name = exc.field if exc.field in self.fields else None
+            message = str(exc).split(": ", 1)[-1]
+            self.add_error(field_name, message)
+        return data

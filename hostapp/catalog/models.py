@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+from hostapp.mcp.config import NAME_RE, ServerConfig
+
+READ_ONLY = "read_only"
+WRITE = "write"
+DESTRUCTIVE = "destructive"
+CLASS_CHOICES = [(READ_ONLY, "read-only"), (WRITE, "write"), (DESTRUCTIVE, "destructive")]
+
+SECRET_MASK = "********"
+
+
+def mask_secret(value: str) -> str:
+    """Enough of a secret to recognise it, never enough to use it."""
+    if len(value) <= 12:
+        return "••••"
+    return value[:3] + "…" + "•" * 4
+
+
+class Server(models.Model):
+    STDIO, HTTP, SSE = "stdio", "http", "sse"
+    TRANSPORTS = [(STDIO, "stdio"), (HTTP, "Streamable HTTP"), (SSE, "HTTP+SSE (deprecated)")]
+
+    name = models.CharField(
+        max_length=32,
+        unique=True,
+        validators=[RegexValidator(NAME_RE, "A slug: lowercase letters, digits and inner hyphens.")],
+    )
+    transport = models.CharField(max_length=8, choices=TRANSPORTS, default=STDIO)
+    command = models.CharField(max_length=500, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    cwd = models.CharField(max_length=500, blank=True)
+    url = models.URLField(max_length=500, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    trusted = models.BooleanField(default=False, help_text="Believe its tool annotations.")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    config_changed_at = models.DateTimeField(auto_now_add=True)
+
+    # What the pool last reported (from whichever process saw it last).
+    state = models.CharField(max_length=16, default="idle")
+    state_at = models.DateTimeField(null=True, blank=True)
+    protocol_version = models.CharField(max_length=20, blank=True)
+    server_info = models.JSONField(default=dict, blank=True)
+    capabilities = models.JSONField(default=dict, blank=True)
+    instructions = models.TextField(blank=True)
+    last_error = models.JSONField(null=True, blank=True)
+    stderr_tail = models.JSONField(default=list, blank=True)
+
+    # The catalog's view of the server.
+    tools_refreshed_at = models.DateTimeField(null=True, blank=True)
+    stale = models.BooleanField(default=False, help_text="The last refresh failed; its tools are the last good ones.")
+    refresh_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def to_config(self) -> ServerConfig:
+        return ServerConfig(
+            name=self.name,
+            transport=self.transport,  # type: ignore[arg-type]
+            command=self.command,
+            args=tuple(self.args or ()),
+            env=dict(self.env or {}),
+            cwd=self.cwd or None,
+            url=self.url,
+            headers=dict(self.headers or {}),
+            trusted=self.trusted,
+            enabled=self.enabled,
+        )
+
+    @property
+    def masked_env(self) -> dict[str, str]:
+        return {k: mask_secret(v) for k, v in (self.env or {}).items()}
+
+    @property
+    def masked_headers(self) -> dict[str, str]:
+        return {k: mask_secret(v) for k, v in (self.headers or {}).items()}
+
+    @property
+    def target(self) -> str:
+        """The command line or URL, as shown in pages (no secrets live here)."""
+        if self.transport == self.STDIO:
+            return " ".join([self.command, *(self.args or [])])
+        return self.url
+
+
+def definition_hash(definition: dict[str, Any]) -> str:
+    """The pin of a tool: a hash of everything that changes what calling it means."""
+    pinned = {
+        key: definition.get(key)
+        for key in ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+    }
+    canonical = json.dumps(pinned, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class Tool(models.Model):
+    ACTIVE = "active"
+    QUARANTINED = "quarantined"
+    STATUSES = [(ACTIVE, "active"), (QUARANTINED, "quarantined")]
+    CHANGED = "changed"
+    NEW = "new"
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="tools")
+    original_name = models.CharField(max_length=512)
+    exposed_name = models.CharField(max_length=64, unique=True)
+    name_warning = models.CharField(max_length=300, blank=True)
+
+    # What the server says now (raw), and what a person accepted (the pin).
+    definition = models.JSONField()
+    definition_hash = models.CharField(max_length=64)
+    pinned_definition = models.JSONField(null=True, blank=True)
+    pinned_hash = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=12, choices=STATUSES, default=ACTIVE)
+    quarantine_reason = models.CharField(max_length=12, blank=True)
+
+    # Shown to people and agents: cleaned of controls, capped.
+    title = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    text_warning = models.CharField(max_length=200, blank=True)
+    icons = models.JSONField(default=list, blank=True)
+
+    class_override = models.CharField(max_length=12, choices=CLASS_CHOICES, blank=True)
+    effective_class = models.CharField(max_length=12, choices=CLASS_CHOICES, default=DESTRUCTIVE)
+
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    changed_at = models.DateTimeField(auto_now_add=True)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["exposed_name"]
+        constraints = [
+            models.UniqueConstraint(fields=["server", "original_name"], name="tool_unique_per_server"),
+        ]
+        indexes = [
+            # The catalog filters by status and class; search scans the rest.
+            models.Index(fields=["status", "effective_class"], name="tool_status_class"),
+        ]
+        permissions = [("review_tool", "Can review and accept changed or new tools")]
+
+    def __str__(self) -> str:
+        return self.exposed_name
+
+    @property
+    def display_name(self) -> str:
+        return self.title or self.original_name
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        return dict(self.definition.get("annotations") or {})
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return dict(self.definition.get("inputSchema") or {})
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        return self.definition.get("outputSchema")
+
+    @property
+    def callable(self) -> bool:
+        return self.status == self.ACTIVE

@@ -1,0 +1,79 @@
+"""This process's client pool, configured from the Server table.
+
+One pool per process (web, worker, a management command), created on first use and closed
+at exit, so stdio servers it started are stopped in protocol order. A server edited in
+another process is noticed by its `config_changed_at` the next time it is used here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import close_old_connections
+
+from hostapp.mcp import Pool, PoolEvent
+
+from .models import Server
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_pool: Pool | None = None
+_versions: dict[str, datetime] = {}
+
+
+def get_pool() -> Pool:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = Pool(listener=_on_event)
+            atexit.register(close_pool)
+        return _pool
+
+
+def close_pool() -> None:
+    global _pool
+    with _lock:
+        pool, _pool = _pool, None
+        _versions.clear()
+    if pool is not None:
+        pool.close()
+
+
+def pool_for(server: Server) -> Pool:
+    """The pool, with this server's current configuration in it."""
+    pool = get_pool()
+    if _versions.get(server.name) != server.config_changed_at:
+        pool.upsert(server.to_config())
+        _versions[server.name] = server.config_changed_at
+    return pool
+
+
+def sync(servers: Iterable[Server]) -> Pool:
+    """Make the pool serve exactly these servers."""
+    pool = get_pool()
+    servers = list(servers)
+    wanted = {s.name for s in servers}
+    for name in [n for n in pool.names() if n not in wanted]:
+        pool.remove(name)
+        _versions.pop(name, None)
+    for server in servers:
+        pool_for(server)
+    return pool
+
+
+def _on_event(event: PoolEvent) -> None:
+    """Runs on the pool's event thread: store the state, react to announced changes."""
+    from . import actions, tasks
+
+    try:
+        if event.kind == "state":
+            actions.record_status(event.status)
+        elif event.kind == "tools_changed":
+            tasks.queue_refresh(event.server, reason="the server announced a change")
+    finally:
+        close_old_connections()

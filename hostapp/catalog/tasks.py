@@ -1,0 +1,64 @@
+"""Background work of the catalog: refreshes (on demand, on change, on schedule) and probes."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from celery import shared_task
+from django.conf import settings
+
+from .models import Server
+
+logger = logging.getLogger(__name__)
+
+# Scheduled refreshes of all servers are spread over this many seconds.
+REFRESH_JITTER = 60.0
+
+
+def queue_refresh(name: str, reason: str = "", countdown: float = 0.5) -> bool:
+    """Ask a worker to refresh `name` soon; bursts of requests coalesce into one."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+        # One queued refresh per server per few seconds is enough: the listing is complete.
+        if not client.set(f"patchbay:refresh-queued:{name}", "1", nx=True, ex=5):
+            return False
+        refresh_server_task.apply_async((name,), countdown=countdown)
+    except Exception as exc:  # boundary: a down broker must not fail the caller; the schedule catches up
+        logger.warning("could not queue a refresh of %s (%s): %s", name, reason or "on request", exc)
+        return False
+    logger.info("queued a refresh of %s (%s)", name, reason or "on request")
+    return True
+
+
+@shared_task(name="hostapp.catalog.refresh_server", ignore_result=True)
+def refresh_server_task(name: str) -> None:
+    from . import actions
+
+    server = Server.objects.filter(name=name).first()
+    if server is None or not server.enabled:
+        return
+    result = actions.refresh_server(server)
+    if not result.ok:
+        logger.warning("refresh of %s failed: %s", name, result.error)
+
+
+@shared_task(name="hostapp.catalog.refresh_all", ignore_result=True)
+def refresh_all() -> None:
+    for name in Server.objects.filter(enabled=True).values_list("name", flat=True):
+        refresh_server_task.apply_async((name,), countdown=random.uniform(0, REFRESH_JITTER))
+
+
+@shared_task(name="hostapp.catalog.probe_all", ignore_result=True)
+def probe_all() -> None:
+    """An MCP-level health probe of every enabled server, from this worker's pool."""
+    from . import actions
+    from .pool import sync
+
+    servers = list(Server.objects.all())
+    pool = sync(servers)
+    for server in servers:
+        if server.enabled:
+            actions.record_status(pool.probe(server.name))

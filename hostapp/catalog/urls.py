@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("servers/", views.server_list, name="servers"),
+    path("servers/add/", views.server_add, name="server_add"),
+    path("servers/<slug:name>/", views.server_detail, name="server"),
+    path("servers/<slug:name>/refresh/", views.server_refresh, name="server_refresh"),
+    path("servers/<slug:name>/enable/", views.server_enable, name="server_enable"),
+    path("servers/<slug:name>/delete/", views.server_delete, name="server_delete"),
+    path("catalog/", views.catalog, name="catalog"),
+    path("catalog/<str:exposed_name>/", views.tool_detail, name="tool"),
+    path("catalog/<str:exposed_name>/accept/", views.tool_accept, name="tool_accept"),
+    path("catalog/<str:exposed_name>/class/", views.tool_class, name="tool_class"),
+]

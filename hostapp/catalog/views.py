@@ -1,0 +1,235 @@
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required, user_passes_test
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from . import actions
+from .forms import ServerForm
+from .models import CLASS_CHOICES, Server, Tool
+from .schema import schema_tree
+from .tasks import queue_refresh
+
+staff_required = user_passes_test(lambda u: u.is_staff)
+
+
+def _fragment(request: HttpRequest) -> bool:
+    return request.GET.get("fragment") == "1"
+
+
+# --- servers --------------------------------------------------------------------------
+
+
+def server_list(request: HttpRequest) -> HttpResponse:
+    servers = Server.objects.annotate(
+        n_tools=Count("tools"), n_quarantined=Count("tools", filter=Q(tools__status=Tool.QUARANTINED))
+    ).order_by("name")
+    template = "catalog/_server_rows.html" if _fragment(request) else "catalog/servers.html"
+    return render(request, template, {"servers": servers})
+
+
+@staff_required
+def server_add(request: HttpRequest) -> HttpResponse:
+    form = ServerForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        config = form.config
+        server = Server(name=config.name)
+        _apply_config(server, config)
+        actions.save_server(server, config_changed=True, trust_changed=False)
+        queue_refresh(server.name, reason="added")
+        messages.success(request, f"Added {server.name}; its tools are being listed.")
+        return redirect("servers")
+    return render(request, "catalog/server_form.html", {"form": form, "server": None})
+
+
+def _apply_config(server: Server, config: Any) -> None:
+    server.transport = config.transport
+    server.command = config.command
+    server.args = list(config.args)
+    server.env = dict(config.env)
+    server.cwd = config.cwd or ""
+    server.url = config.url
+    server.headers = dict(config.headers)
+    server.trusted = config.trusted
+    server.enabled = config.enabled
+
+
+def server_detail(request: HttpRequest, name: str) -> HttpResponse:
+    server = get_object_or_404(Server, name=name)
+    if request.method == "POST":
+        if not request.user.is_staff:
+            return HttpResponse("Only administrators can change servers.", status=403)
+        form = ServerForm(request.POST, instance=server)
+        if form.is_valid():
+            before = server.to_config()
+            _apply_config(server, form.config)
+            after = server.to_config()
+            actions.save_server(
+                server,
+                config_changed=before.fingerprint() != after.fingerprint() or before.enabled != after.enabled,
+                trust_changed=before.trusted != after.trusted,
+            )
+            messages.success(request, f"Saved {server.name}.")
+            return redirect("server", name=server.name)
+    else:
+        form = ServerForm(instance=server)
+    tools = server.tools.order_by("exposed_name")
+    return render(request, "catalog/server.html", {"server": server, "form": form, "tools": tools})
+
+
+@require_POST
+def server_refresh(request: HttpRequest, name: str) -> HttpResponse:
+    server = get_object_or_404(Server, name=name)
+    if queue_refresh(server.name, reason=f"asked by {request.user}", countdown=0):
+        messages.info(request, f"Refreshing {server.name}…")
+    else:
+        messages.warning(request, f"A refresh of {server.name} is already on its way (or no worker can be reached).")
+    return redirect(request.POST.get("next") or "servers")
+
+
+@require_POST
+@staff_required
+def server_enable(request: HttpRequest, name: str) -> HttpResponse:
+    server = get_object_or_404(Server, name=name)
+    enable = request.POST.get("enabled") == "1"
+    actions.set_enabled(server, enable)
+    if enable:
+        queue_refresh(server.name, reason="enabled")
+    messages.success(request, f"{'Enabled' if enable else 'Disabled'} {server.name}.")
+    return redirect(request.POST.get("next") or "servers")
+
+
+@require_POST
+@staff_required
+def server_delete(request: HttpRequest, name: str) -> HttpResponse:
+    server = get_object_or_404(Server, name=name)
+    actions.delete_server(server)
+    messages.success(request, f"Removed {name} and its tools.")
+    return redirect("servers")
+
+
+# --- catalog ---------------------------------------------------------------------------------
+
+
+def catalog(request: HttpRequest) -> HttpResponse:
+    q = request.GET.get("q", "").strip()
+    server = request.GET.get("server", "")
+    cls = request.GET.get("class", "")
+    status = request.GET.get("status", "")
+    base = Tool.objects.all()
+    if q:
+        base = base.filter(
+            Q(exposed_name__icontains=q)
+            | Q(title__icontains=q)
+            | Q(description__icontains=q)
+            | Q(original_name__icontains=q)
+        )
+    tools = base
+    if server:
+        tools = tools.filter(server__name=server)
+    if cls:
+        tools = tools.filter(effective_class=cls)
+    if status:
+        tools = tools.filter(status=status)
+    counts = tools.aggregate(
+        total=Count("id"),
+        read_only=Count("id", filter=Q(effective_class="read_only")),
+        write=Count("id", filter=Q(effective_class="write")),
+        destructive=Count("id", filter=Q(effective_class="destructive")),
+        quarantined=Count("id", filter=Q(status=Tool.QUARANTINED)),
+    )
+    context = {
+        "tools": tools.select_related("server").only(
+            "exposed_name",
+            "title",
+            "description",
+            "effective_class",
+            "status",
+            "quarantine_reason",
+            "original_name",
+            "server__name",
+            "server__stale",
+        ),
+        "counts": counts,
+        "q": q,
+        "server": server,
+        "cls": cls,
+        "status": status,
+        "server_names": Server.objects.order_by("name").values_list("name", flat=True),
+        "class_choices": CLASS_CHOICES,
+        "status_choices": Tool.STATUSES,
+    }
+    template = "catalog/_tool_rows.html" if _fragment(request) else "catalog/catalog.html"
+    return render(request, template, context)
+
+
+def _pretty(value: Any) -> list[str]:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).splitlines() if value is not None else []
+
+
+def side_by_side(old: Any, new: Any) -> list[tuple[str, str, str]]:
+    """Rows of (kind, old line, new line); kind is equal, changed, removed or added."""
+    a, b = _pretty(old), _pretty(new)
+    rows: list[tuple[str, str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            rows.extend(("equal", a[i], b[j]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True))
+        elif op == "replace":
+            left, right = a[i1:i2], b[j1:j2]
+            for k in range(max(len(left), len(right))):
+                rows.append(("changed", left[k] if k < len(left) else "", right[k] if k < len(right) else ""))
+        elif op == "delete":
+            rows.extend(("removed", line, "") for line in a[i1:i2])
+        else:
+            rows.extend(("added", "", line) for line in b[j1:j2])
+    return rows
+
+
+def tool_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
+    tool = get_object_or_404(Tool.objects.select_related("server", "accepted_by"), exposed_name=exposed_name)
+    claimed = tool.annotations
+    applied = actions.applied_annotations(tool)
+    hints = ["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
+    context = {
+        "tool": tool,
+        "annotation_rows": [(h, claimed.get(h), applied.get(h)) for h in hints],
+        "input_tree": schema_tree(tool.input_schema),
+        "output_tree": schema_tree(tool.output_schema) if tool.output_schema else None,
+        "definition_json": json.dumps(tool.definition, indent=2, sort_keys=True, ensure_ascii=False),
+        "diff": side_by_side(tool.pinned_definition, tool.definition) if tool.status == Tool.QUARANTINED else None,
+        "can_review": request.user.has_perm("catalog.review_tool"),
+        "class_choices": CLASS_CHOICES,
+    }
+    return render(request, "catalog/tool.html", context)
+
+
+@require_POST
+@permission_required("catalog.review_tool", raise_exception=True)
+def tool_accept(request: HttpRequest, exposed_name: str) -> HttpResponse:
+    tool = get_object_or_404(Tool.objects.select_related("server"), exposed_name=exposed_name)
+    if request.POST.get("definition_hash") != tool.definition_hash:
+        messages.error(request, "The tool changed again while you were reviewing it; review the new definition.")
+        return redirect("tool", exposed_name=exposed_name)
+    actions.accept_tool(tool, request.user)
+    messages.success(request, f"Accepted {tool.exposed_name}; it can be called again.")
+    return redirect("tool", exposed_name=exposed_name)
+
+
+@require_POST
+@staff_required
+def tool_class(request: HttpRequest, exposed_name: str) -> HttpResponse:
+    tool = get_object_or_404(Tool.objects.select_related("server"), exposed_name=exposed_name)
+    try:
+        actions.set_class_override(tool, request.POST.get("class_override", ""))
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{tool.exposed_name} is now treated as {tool.get_effective_class_display()}.")
+    return redirect("tool", exposed_name=exposed_name)
