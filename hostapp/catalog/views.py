@@ -6,6 +6,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required, user_passes_test
+from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -18,6 +19,8 @@ from .schema import schema_tree
 from .tasks import queue_refresh
 
 staff_required = user_passes_test(lambda u: u.is_staff)
+
+CATALOG_PAGE_SIZE = 100
 
 
 def _fragment(request: HttpRequest) -> bool:
@@ -145,18 +148,24 @@ def catalog(request: HttpRequest) -> HttpResponse:
         destructive=Count("id", filter=Q(effective_class="destructive")),
         quarantined=Count("id", filter=Q(status=Tool.QUARANTINED)),
     )
+    rows = tools.select_related("server").only(
+        "exposed_name",
+        "title",
+        "description",
+        "effective_class",
+        "status",
+        "quarantine_reason",
+        "original_name",
+        "server__name",
+        "server__stale",
+    )
+    paginator = Paginator(rows, CATALOG_PAGE_SIZE)
+    # The counts above already know the total: the paginator need not count again.
+    paginator.count = counts["total"]
+    page = paginator.get_page(request.GET.get("page"))
     context = {
-        "tools": tools.select_related("server").only(
-            "exposed_name",
-            "title",
-            "description",
-            "effective_class",
-            "status",
-            "quarantine_reason",
-            "original_name",
-            "server__name",
-            "server__stale",
-        ),
+        "tools": page.object_list,
+        "page": page,
         "counts": counts,
         "q": q,
         "server": server,
