@@ -116,6 +116,8 @@ INSTALLED_APPS = [
     "channels",
     "hostapp.core",
     "hostapp.catalog",
+    "hostapp.calls",
+    "hostapp.outbox",
 ]
 
 MIDDLEWARE = [
@@ -247,6 +249,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "probe-servers": {"task": "hostapp.catalog.probe_all", "schedule": 60.0},
     # Each server's refresh is spread over a minute after this (jitter).
     "refresh-catalog": {"task": "hostapp.catalog.refresh_all", "schedule": 15 * 60.0},
+    # Re-queues due actions, reclaims leases of dead workers, expires old approvals.
+    "outbox-sweep": {"task": "hostapp.outbox.sweep", "schedule": 5.0},
 }
 
 # --- auth, sessions, security ----------------------------------------------------------
@@ -313,6 +317,19 @@ LOGGING = {
 }
 
 # --- Patchbay ------------------------------------------------------------------------------------
+
+# How long a call to a destructive tool waits for a person before it expires.
+PATCHBAY_APPROVAL_TTL = env_int("PATCHBAY_APPROVAL_TTL", 15 * 60, minimum=10)
+# Results larger than this (bytes of JSON) are shown truncated; the full value is a download.
+PATCHBAY_RESULT_DISPLAY_CAP = env_int("PATCHBAY_RESULT_DISPLAY_CAP", 64 * 1024, minimum=1024)
+# Outbox delivery: attempts, backoff (full jitter between 0 and min(cap, base * 2**n)), lease.
+PATCHBAY_OUTBOX_MAX_ATTEMPTS = env_int("PATCHBAY_OUTBOX_MAX_ATTEMPTS", 8, minimum=1)
+PATCHBAY_OUTBOX_BACKOFF_BASE = env_int("PATCHBAY_OUTBOX_BACKOFF_BASE", 2, minimum=0)
+PATCHBAY_OUTBOX_BACKOFF_CAP = env_int("PATCHBAY_OUTBOX_BACKOFF_CAP", 300, minimum=1)
+PATCHBAY_OUTBOX_LEASE = env_int("PATCHBAY_OUTBOX_LEASE", 120, minimum=5)
+PATCHBAY_OUTBOX_CALL_TIMEOUT = env_int("PATCHBAY_OUTBOX_CALL_TIMEOUT", 60, minimum=1)
+# A POST with each new dead letter's summary (optional).
+PATCHBAY_ALERT_WEBHOOK = env_str("PATCHBAY_ALERT_WEBHOOK")
 
 # Where `manage.py run` records the admin credentials it created on the first run.
 PATCHBAY_ADMIN_CREDENTIALS_FILE = DATA_DIR / "admin-credentials.txt"

@@ -7,4 +7,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("hostapp.core.urls")),
     path("", include("hostapp.catalog.urls")),
+    path("", include("hostapp.calls.urls")),
+    path("", include("hostapp.outbox.urls")),
 ]

@@ -133,6 +133,9 @@ class Tool(models.Model):
     icons = models.JSONField(default=list, blank=True)
 
     class_override = models.CharField(max_length=12, choices=CLASS_CHOICES, blank=True)
+    outbox_max_attempts = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Delivery attempts before a dead letter (default: the setting)."
+    )
     effective_class = models.CharField(max_length=12, choices=CLASS_CHOICES, default=DESTRUCTIVE)
 
     first_seen_at = models.DateTimeField(auto_now_add=True)

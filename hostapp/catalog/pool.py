@@ -8,14 +8,19 @@ another process is noticed by its `config_changed_at` the next time it is used h
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
+import os
+import sys
 import threading
 from collections.abc import Iterable
 from datetime import datetime
+from pathlib import Path
 
+from django.conf import settings
 from django.db import close_old_connections
 
-from hostapp.mcp import Pool, PoolEvent
+from hostapp.mcp import Pool, PoolEvent, ServerConfig
 
 from .models import Server
 
@@ -26,13 +31,32 @@ _pool: Pool | None = None
 _versions: dict[str, datetime] = {}
 
 
+def _prefer_our_python() -> None:
+    """`python` in a server's command means this installation's Python (the venv's), as
+    it does under `manage.py run`, whether or not the venv is activated."""
+    bindir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != bindir:
+        os.environ["PATH"] = bindir + os.pathsep + path
+
+
 def get_pool() -> Pool:
     global _pool
     with _lock:
         if _pool is None:
+            _prefer_our_python()
             _pool = Pool(listener=_on_event)
             atexit.register(close_pool)
         return _pool
+
+
+def runtime_config(server: Server) -> ServerConfig:
+    """The server's configuration as this host runs it: a stdio server without a working
+    directory starts in the project directory (where `servers/` is)."""
+    config = server.to_config()
+    if config.transport == "stdio" and not config.cwd:
+        config = dataclasses.replace(config, cwd=str(settings.BASE_DIR))
+    return config
 
 
 def close_pool() -> None:
@@ -48,7 +72,7 @@ def pool_for(server: Server) -> Pool:
     """The pool, with this server's current configuration in it."""
     pool = get_pool()
     if _versions.get(server.name) != server.config_changed_at:
-        pool.upsert(server.to_config())
+        pool.upsert(runtime_config(server))
         _versions[server.name] = server.config_changed_at
     return pool
 

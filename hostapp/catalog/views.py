@@ -12,6 +12,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from hostapp.calls.policy import decide
+
 from . import actions
 from .forms import ServerForm
 from .models import CLASS_CHOICES, Server, Tool
@@ -215,6 +217,7 @@ def tool_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
         "diff": side_by_side(tool.pinned_definition, tool.definition) if tool.status == Tool.QUARANTINED else None,
         "can_review": request.user.has_perm("catalog.review_tool"),
         "class_choices": CLASS_CHOICES,
+        "decision": decide(tool),
     }
     return render(request, "catalog/tool.html", context)
 

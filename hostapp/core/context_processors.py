@@ -9,11 +9,32 @@ NAVIGATION = (
     ("servers", "Servers"),
     ("catalog", "Catalog"),
     ("calls", "Calls"),
+    ("pending", "Pending"),
     ("outbox", "Outbox"),
 )
 
 
+# Pages below a section light up that section in the navigation.
+SECTION_OF = {
+    "server": "servers",
+    "server_add": "servers",
+    "tool": "catalog",
+    "call": "calls",
+    "dead_letters": "outbox",
+    "outbox_action": "outbox",
+}
+
+
 def navigation(request: HttpRequest) -> dict[str, Any]:
     match = getattr(request, "resolver_match", None)
-    current = match.url_name if match else None
-    return {"nav_items": NAVIGATION, "nav_current": current}
+    current = SECTION_OF.get(match.url_name, match.url_name) if match else None
+    context: dict[str, Any] = {"nav_items": NAVIGATION, "nav_current": current}
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        from hostapp.calls.models import Call
+        from hostapp.outbox.models import Action
+
+        # Two counts on indexed columns: the badges for approvals and dead letters.
+        context["nav_pending"] = Call.objects.filter(status=Call.WAITING).count()
+        context["nav_dead"] = Action.objects.filter(status__in=[Action.DEAD, Action.UNKNOWN]).count()
+    return context

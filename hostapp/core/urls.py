@@ -10,6 +10,5 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="core/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
-    path("calls/", views.section, {"title": "Calls", "empty": "No tool calls yet."}, name="calls"),
-    path("outbox/", views.section, {"title": "Outbox", "empty": "The outbox is empty."}, name="outbox"),
+    path("nav-counts", views.nav_counts, name="nav_counts"),
 ]

@@ -34,3 +34,11 @@ def section(request: HttpRequest, title: str, empty: str) -> HttpResponse:
 def healthz(request: HttpRequest) -> JsonResponse:
     """The process is up and serving requests (no dependency is checked)."""
     return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def nav_counts(request: HttpRequest) -> JsonResponse:
+    from .context_processors import navigation
+
+    context = navigation(request)
+    return JsonResponse({"pending": context.get("nav_pending", 0), "dead": context.get("nav_dead", 0)})

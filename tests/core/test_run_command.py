@@ -119,7 +119,7 @@ def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_
         client = _login(host.url, "admin", password.group(1))
         home = client.get("/")
         for section in ("Servers", "Catalog", "Calls", "Outbox"):
-            assert f">{section}</a>" in home.text
+            assert re.search(rf'<a href="/{section.lower()}/"[^>]*>{section}\b', home.text), section
 
         # The first run imported servers/mcp.json and the worker listed their tools.
         assert "Imported the bundled servers from servers/mcp.json" in host.output

@@ -1,0 +1,270 @@
+"""Calls: start one, run it, approve or deny it. Each function owns its transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import jsonschema
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from hostapp.catalog.models import Tool
+from hostapp.core.events import send_event_on_commit
+from hostapp.mcp import McpFailure, result_failure
+
+from .models import Call, CallEvent, Rule
+from .policy import decide
+
+logger = logging.getLogger(__name__)
+
+
+class CallError(Exception):
+    """The call cannot be made; `status` is the HTTP status a view would answer with."""
+
+    def __init__(self, message: str, status: int = 400, errors: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.errors = errors or []
+
+
+class ApprovalError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Requester:
+    kind: str  # Call.USER, Call.CLI or Call.AGENT
+    name: str
+    user: Any = None
+
+    @classmethod
+    def for_user(cls, user: Any) -> Requester:
+        return cls(Call.USER, user.get_username(), user)
+
+
+def argument_digest(arguments: dict[str, Any]) -> str:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def validate_arguments(schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
+    """Every way `arguments` breaks `schema`, each with the path of the field it concerns."""
+    if not isinstance(arguments, dict):
+        return [{"path": "", "message": "arguments must be a JSON object"}]
+    schema = schema or {"type": "object"}
+    try:
+        validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        validator_cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return [{"path": "", "message": f"the tool's input schema is invalid: {exc.message}"}]
+    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+    errors = []
+    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path)):
+        path = "/".join(str(p) for p in error.absolute_path)
+        errors.append({"path": path, "message": error.message})
+    return errors
+
+
+def _event(call: Call, kind: str, actor: str = "", **detail: Any) -> None:
+    CallEvent.objects.create(call=call, kind=kind, actor=actor, detail=detail)
+
+
+def _broadcast(call: Call) -> None:
+    send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
+
+
+def start_call(tool_name: str, arguments: Any, requester: Requester) -> Call:
+    """Record a call and act on the policy: run it, queue it, hold it for approval, or refuse it."""
+    from hostapp.outbox import actions as outbox
+
+    tool = Tool.objects.select_related("server").filter(exposed_name=tool_name).first()
+    if tool is None:
+        raise CallError(f"no tool named {tool_name!r}", status=404)
+    errors = validate_arguments(tool.input_schema, arguments)
+    if errors:
+        first = errors[0]
+        where = f" at {first['path']}" if first["path"] else ""
+        raise CallError(f"invalid arguments{where}: {first['message']}", errors=errors)
+    decision = decide(tool)
+    status = {Call.RUN: Call.RUNNING, Call.OUTBOX: Call.QUEUED, Call.ASK: Call.WAITING, Call.REFUSE: Call.BLOCKED}[
+        decision.kind
+    ]
+    now = timezone.now()
+    with transaction.atomic():
+        call = Call.objects.create(
+            requester_kind=requester.kind,
+            requester_user=requester.user if getattr(requester.user, "pk", None) else None,
+            requester_name=requester.name,
+            server_name=tool.server.name,
+            tool_name=tool.exposed_name,
+            original_name=tool.original_name,
+            tool=tool,
+            tool_class=tool.effective_class,
+            definition_hash=tool.definition_hash,
+            arguments=arguments,
+            argument_digest=argument_digest(arguments),
+            decision=decision.kind,
+            decision_reason=decision.reason,
+            status=status,
+            approval_expires_at=now + timedelta(seconds=settings.PATCHBAY_APPROVAL_TTL)
+            if decision.kind == Call.ASK
+            else None,
+            started_at=now if decision.kind == Call.RUN else None,
+            error={"kind": "policy", "message": decision.reason} if decision.kind == Call.REFUSE else None,
+            is_error=decision.kind == Call.REFUSE,
+            finished_at=now if decision.kind == Call.REFUSE else None,
+        )
+        _event(call, "created", requester.name, decision=decision.kind, reason=decision.reason)
+        if decision.kind == Call.OUTBOX:
+            outbox.enqueue(call)
+        _broadcast(call)
+    if decision.kind == Call.RUN:
+        run_now(call, tool)
+    return call
+
+
+def run_now(call: Call, tool: Tool) -> Call:
+    """Deliver a call from this process, at once (read-only tools)."""
+    from hostapp.catalog.pool import pool_for
+
+    pool = pool_for(tool.server)
+    started = time.perf_counter()
+    try:
+        result = pool.call_tool(tool.server.name, call.original_name, call.arguments)
+    except McpFailure as failure:
+        return record_outcome(call, None, failure, time.perf_counter() - started)
+    return record_outcome(call, result, result_failure(result, call.original_name), time.perf_counter() - started)
+
+
+def record_outcome(call: Call, result: dict[str, Any] | None, failure: McpFailure | None, seconds: float) -> Call:
+    with transaction.atomic():
+        call.attempts += 1
+        call.result = result
+        call.is_error = failure is not None
+        call.error = failure.as_dict() if failure is not None else None
+        call.status = Call.FAILED if failure is not None else Call.SUCCEEDED
+        call.finished_at = timezone.now()
+        call.duration_ms = round(seconds * 1000, 2)
+        call.save(update_fields=["attempts", "result", "is_error", "error", "status", "finished_at", "duration_ms"])
+        _event(call, "failed" if failure else "succeeded", "", error=call.error)
+        _broadcast(call)
+    return call
+
+
+def _void_reason(call: Call, tool: Tool | None) -> str:
+    if tool is None:
+        return "the tool is gone from the catalog"
+    if tool.status != Tool.ACTIVE:
+        return "the tool is quarantined since the call was made"
+    if tool.definition_hash != call.definition_hash:
+        return "the tool's definition changed since the call was made"
+    if argument_digest(call.arguments) != call.argument_digest:
+        return "the call's arguments do not match what was asked"
+    return ""
+
+
+def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver_name: str = "") -> Call:
+    """Approve a waiting call: single use, bound to its arguments and the tool's definition."""
+    from hostapp.outbox import actions as outbox
+
+    name = approver_name or approver.get_username()
+    with transaction.atomic():
+        call = Call.objects.select_for_update().get(pk=call_id)
+        if call.status != Call.WAITING:
+            raise ApprovalError(f"call #{call.pk} is {call.get_status_display()}, not waiting for approval")
+        now = timezone.now()
+        if call.approval_expires_at and now >= call.approval_expires_at:
+            _finish_unapproved(call, Call.EXPIRED, "the approval request expired before anyone decided", name)
+            raise ApprovalError(f"call #{call.pk} expired before it was approved")
+        tool = Tool.objects.select_related("server").filter(exposed_name=call.tool_name).first()
+        void = _void_reason(call, tool)
+        if void:
+            _finish_unapproved(call, Call.DENIED, f"approval void: {void}; make the call again", name)
+            raise ApprovalError(f"call #{call.pk} cannot be approved: {void}")
+        # Single use: only one decision moves the call out of `waiting`.
+        taken = Call.objects.filter(pk=call.pk, status=Call.WAITING).update(
+            status=Call.QUEUED,
+            decided_by=approver if getattr(approver, "pk", None) else None,
+            decided_by_name=name,
+            decided_at=now,
+        )
+        if taken != 1:
+            raise ApprovalError(f"call #{call.pk} was decided by someone else")
+        call.refresh_from_db()
+        _event(call, "approved", name, always_allow=always_allow)
+        if always_allow:
+            assert tool is not None
+            rule, _ = Rule.objects.update_or_create(
+                server_name=tool.server.name,
+                tool_name=tool.exposed_name,
+                defaults={
+                    "action": Rule.ALLOW,
+                    "reason": f"always allowed by {name}",
+                    "created_by": approver if getattr(approver, "pk", None) else None,
+                    "source": f"approval of call #{call.pk}",
+                },
+            )
+            _event(call, "rule_created", name, rule=str(rule))
+        outbox.enqueue(call)
+        _broadcast(call)
+    return call
+
+
+def deny(call_id: int, approver: Any, reason: str, *, approver_name: str = "") -> Call:
+    name = approver_name or approver.get_username()
+    reason = reason.strip()
+    if not reason:
+        raise ApprovalError("a denial needs a reason: the caller receives it")
+    with transaction.atomic():
+        call = Call.objects.select_for_update().get(pk=call_id)
+        if call.status != Call.WAITING:
+            raise ApprovalError(f"call #{call.pk} is {call.get_status_display()}, not waiting for approval")
+        call.decided_by = approver if getattr(approver, "pk", None) else None
+        _finish_unapproved(call, Call.DENIED, reason, name)
+    return call
+
+
+def _finish_unapproved(call: Call, status: str, reason: str, actor: str) -> None:
+    now = timezone.now()
+    call.status = status
+    call.denial_reason = reason
+    call.decided_by_name = actor
+    call.decided_at = now
+    call.finished_at = now
+    call.is_error = True
+    call.error = {"kind": status, "message": f"{'Denied' if status == Call.DENIED else 'Expired'}: {reason}"}
+    call.save(
+        update_fields=[
+            "status",
+            "denial_reason",
+            "decided_by",
+            "decided_by_name",
+            "decided_at",
+            "finished_at",
+            "is_error",
+            "error",
+        ]
+    )
+    _event(call, status, actor, reason=reason)
+    _broadcast(call)
+
+
+def expire_waiting() -> int:
+    """Expire every approval request past its time (the outbox sweeper calls this)."""
+    now = timezone.now()
+    expired = 0
+    for call_id in Call.objects.filter(status=Call.WAITING, approval_expires_at__lte=now).values_list("pk", flat=True):
+        with transaction.atomic():
+            call = Call.objects.select_for_update().get(pk=call_id)
+            if call.status == Call.WAITING:
+                _finish_unapproved(call, Call.EXPIRED, "nobody approved it in time", "")
+                expired += 1
+    return expired

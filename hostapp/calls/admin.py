@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from .models import Call, CallEvent, Rule
+
+
+@admin.register(Rule)
+class RuleAdmin(admin.ModelAdmin):
+    list_display = ["server_name", "tool_name", "action", "reason", "source", "created_by", "created_at"]
+    list_filter = ["action", "server_name"]
+    search_fields = ["server_name", "tool_name", "reason"]
+
+
+class CallEventInline(admin.TabularInline):
+    model = CallEvent
+    extra = 0
+    can_delete = False
+    readonly_fields = ["at", "kind", "actor", "detail"]
+
+
+@admin.register(Call)
+class CallAdmin(admin.ModelAdmin):
+    list_display = ["id", "created_at", "requester_name", "tool_name", "status", "attempts"]
+    list_filter = ["status", "requester_kind", "server_name"]
+    search_fields = ["tool_name", "requester_name"]
+    inlines = [CallEventInline]
+
+    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        return False

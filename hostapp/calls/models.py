@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from hostapp.catalog.models import CLASS_CHOICES
+
+
+class Rule(models.Model):
+    """An admin's decision for a whole server or one tool: allow, ask or block."""
+
+    ALLOW, ASK, BLOCK = "allow", "ask", "block"
+    ACTIONS = [(ALLOW, "allow without asking"), (ASK, "ask a person first"), (BLOCK, "block")]
+
+    server_name = models.CharField(max_length=32)
+    # Empty: the rule covers every tool of the server.
+    tool_name = models.CharField(max_length=64, blank=True, help_text="An exposed tool name, or empty for all.")
+    action = models.CharField(max_length=8, choices=ACTIONS)
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    source = models.CharField(max_length=200, blank=True, help_text="Where the rule came from (admin, an approval).")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["server_name", "tool_name"], name="one_rule_per_scope")]
+        ordering = ["server_name", "tool_name"]
+
+    def __str__(self) -> str:
+        scope = self.tool_name or f"{self.server_name} (all tools)"
+        return f"{self.action} {scope}"
+
+
+class Call(models.Model):
+    """One tool call, from a person, the CLI or an agent: the ledger row."""
+
+    # Statuses
+    WAITING = "waiting"  # for a person to approve
+    QUEUED = "queued"  # in the outbox
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"  # outcome unknown: a person decides
+    DENIED = "denied"
+    EXPIRED = "expired"
+    BLOCKED = "blocked"
+    STATUSES = [
+        (WAITING, "waiting for approval"),
+        (QUEUED, "queued"),
+        (RUNNING, "running"),
+        (SUCCEEDED, "succeeded"),
+        (FAILED, "failed"),
+        (UNKNOWN, "outcome unknown"),
+        (DENIED, "denied"),
+        (EXPIRED, "expired"),
+        (BLOCKED, "blocked"),
+    ]
+    FINAL = (SUCCEEDED, FAILED, DENIED, EXPIRED, BLOCKED)
+
+    # Decisions
+    RUN, OUTBOX, ASK, REFUSE = "run", "outbox", "ask", "refuse"
+    DECISIONS = [(RUN, "run at once"), (OUTBOX, "through the outbox"), (ASK, "ask first"), (REFUSE, "refused")]
+
+    # Requesters
+    USER, CLI, AGENT = "user", "cli", "agent"
+    REQUESTERS = [(USER, "user"), (CLI, "command line"), (AGENT, "agent")]
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    requester_kind = models.CharField(max_length=8, choices=REQUESTERS)
+    requester_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls"
+    )
+    requester_name = models.CharField(max_length=150, help_text="Who asked: a username, 'cli', an agent's name.")
+
+    server_name = models.CharField(max_length=32)
+    tool_name = models.CharField(max_length=64, help_text="The exposed name.")
+    original_name = models.CharField(max_length=512)
+    tool = models.ForeignKey("catalog.Tool", null=True, blank=True, on_delete=models.SET_NULL, related_name="calls")
+    tool_class = models.CharField(max_length=12, choices=CLASS_CHOICES)
+    definition_hash = models.CharField(max_length=64)
+    arguments = models.JSONField(default=dict)
+    argument_digest = models.CharField(max_length=64)
+
+    decision = models.CharField(max_length=8, choices=DECISIONS)
+    decision_reason = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=10, choices=STATUSES)
+
+    approval_expires_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="decided_calls"
+    )
+    decided_by_name = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    denial_reason = models.CharField(max_length=1000, blank=True)
+
+    attempts = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    is_error = models.BooleanField(default=False)
+    error = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # The Pending page and the navigation badge: waiting calls, oldest first.
+            models.Index(fields=["status", "id"], name="call_status_id"),
+            # Filters of the Calls page.
+            models.Index(fields=["server_name", "id"], name="call_server_id"),
+            models.Index(fields=["tool_name", "id"], name="call_tool_id"),
+            models.Index(fields=["requester_name", "id"], name="call_requester_id"),
+        ]
+        permissions = [("approve_call", "Can approve or deny calls to destructive tools")]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.tool_name} ({self.status})"
+
+    @property
+    def final(self) -> bool:
+        return self.status in self.FINAL
+
+    def summary(self) -> dict[str, Any]:
+        """What a caller is told: the CLI's --json, the agents' status tool, the API."""
+        return {
+            "call_id": self.pk,
+            "tool": self.tool_name,
+            "status": self.status,
+            "result": self.result,
+            "error": self.error,
+            "is_error": self.is_error,
+            "denial_reason": self.denial_reason or None,
+            "approval_expires_at": self.approval_expires_at.isoformat() if self.approval_expires_at else None,
+        }
+
+
+class CallEvent(models.Model):
+    """The history of a call, one row per thing that happened to it."""
+
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    kind = models.CharField(max_length=24)
+    actor = models.CharField(max_length=150, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.actor or 'the host'}"

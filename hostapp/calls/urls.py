@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("calls/", views.call_list, name="calls"),
+    path("calls/pending/", views.pending, name="pending"),
+    path("calls/<int:call_id>/", views.call_detail, name="call"),
+    path("calls/<int:call_id>/result.json", views.call_result_download, name="call_result"),
+    path("calls/<int:call_id>/approve/", views.approve, name="call_approve"),
+    path("calls/<int:call_id>/deny/", views.deny, name="call_deny"),
+    path("catalog/<str:exposed_name>/call/", views.call_tool, name="tool_call"),
+]

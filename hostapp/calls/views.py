@@ -1,0 +1,232 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from hostapp.catalog.models import Tool
+
+from . import actions
+from .models import Call
+
+CALLS_PAGE_SIZE = 50
+IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
+AUDIO_TYPES = {"audio/wav", "audio/x-wav", "audio/mpeg", "audio/ogg", "audio/webm", "audio/mp4"}
+
+
+def _filtered(request: HttpRequest) -> tuple[Any, dict[str, str]]:
+    filters = {k: request.GET.get(k, "").strip() for k in ("status", "server", "tool", "requester")}
+    calls = Call.objects.all()
+    if filters["status"]:
+        calls = calls.filter(status=filters["status"])
+    if filters["server"]:
+        calls = calls.filter(server_name=filters["server"])
+    if filters["tool"]:
+        calls = calls.filter(tool_name=filters["tool"])
+    if filters["requester"]:
+        calls = calls.filter(requester_name=filters["requester"])
+    return calls, filters
+
+
+def call_list(request: HttpRequest) -> HttpResponse:
+    calls, filters = _filtered(request)
+    page = Paginator(
+        calls.only(
+            "id",
+            "created_at",
+            "requester_kind",
+            "requester_name",
+            "tool_name",
+            "server_name",
+            "tool_class",
+            "decision",
+            "status",
+            "attempts",
+            "duration_ms",
+            "is_error",
+        ),
+        CALLS_PAGE_SIZE,
+    ).get_page(request.GET.get("page"))
+    context = {
+        "calls": page.object_list,
+        "page": page,
+        "filters": filters,
+        "status_choices": Call.STATUSES,
+        "query": "&".join(f"{k}={v}" for k, v in filters.items() if v),
+    }
+    template = "calls/_call_rows.html" if request.GET.get("fragment") == "1" else "calls/calls.html"
+    return render(request, template, context)
+
+
+def _result_view(call: Call) -> dict[str, Any]:
+    """The result as the page shows it: blocks by type, capped, structured content checked."""
+    result = call.result or {}
+    raw = json.dumps(result, ensure_ascii=False)
+    cap = settings.PATCHBAY_RESULT_DISPLAY_CAP
+    blocks: list[dict[str, Any]] = []
+    budget = cap
+    for block in result.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            text = str(block.get("text", ""))
+            shown, cut = text[: max(0, budget)], len(text) > budget
+            budget -= len(shown)
+            blocks.append({"type": "text", "text": shown, "truncated": cut, "size": len(text)})
+        elif kind in ("image", "audio"):
+            mime = str(block.get("mimeType", ""))
+            data = str(block.get("data", ""))
+            allowed = IMAGE_TYPES if kind == "image" else AUDIO_TYPES
+            fits = len(data) <= budget
+            budget -= len(data) if fits else 0
+            blocks.append(
+                {
+                    "type": kind,
+                    "mime": mime,
+                    "data": data if (mime in allowed and fits) else "",
+                    "size": len(data) * 3 // 4,
+                    "refused": mime not in allowed,
+                }
+            )
+        elif kind == "resource_link":
+            uri = str(block.get("uri", ""))
+            blocks.append(
+                {
+                    "type": "resource_link",
+                    "uri": uri,
+                    "name": block.get("name") or block.get("title") or uri,
+                    "description": block.get("description", ""),
+                    "mime": block.get("mimeType", ""),
+                    "linkable": uri.startswith("https://"),
+                }
+            )
+        elif kind == "resource":
+            res = block.get("resource") or {}
+            text = res.get("text")
+            blocks.append(
+                {
+                    "type": "resource",
+                    "uri": res.get("uri", ""),
+                    "mime": res.get("mimeType", ""),
+                    "text": str(text)[: max(0, budget)] if text is not None else None,
+                    "truncated": text is not None and len(str(text)) > budget,
+                    "blob_size": len(res.get("blob") or "") * 3 // 4,
+                }
+            )
+            if text is not None:
+                budget -= len(str(text))
+        else:
+            blocks.append({"type": "other", "json": json.dumps(block, indent=2, ensure_ascii=False)[:2000]})
+    structured = result.get("structuredContent")
+    structured_view = None
+    if structured is not None:
+        text = json.dumps(structured, indent=2, ensure_ascii=False)
+        check = None
+        tool = call.tool
+        schema = tool.output_schema if tool is not None else None
+        if schema:
+            errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(structured), key=lambda e: list(e.path))
+            check = [
+                f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:10]
+            ] or "ok"
+        structured_view = {"json": text[:cap], "truncated": len(text) > cap, "check": check}
+    return {"blocks": blocks, "structured": structured_view, "size": len(raw), "truncated": len(raw) > cap}
+
+
+def call_detail(request: HttpRequest, call_id: int) -> HttpResponse:
+    call = get_object_or_404(Call.objects.select_related("tool", "decided_by"), pk=call_id)
+    context = {
+        "call": call,
+        "arguments_json": json.dumps(call.arguments, indent=2, ensure_ascii=False),
+        "result_view": _result_view(call) if call.result else None,
+        "error_json": json.dumps(call.error, indent=2, ensure_ascii=False) if call.error else "",
+        "events": call.events.all(),
+        "action": getattr(call, "action", None),
+        "can_approve": request.user.has_perm("calls.approve_call"),
+    }
+    template = "calls/_call_detail.html" if request.GET.get("fragment") == "1" else "calls/call.html"
+    return render(request, template, context)
+
+
+def call_result_download(request: HttpRequest, call_id: int) -> HttpResponse:
+    call = get_object_or_404(Call, pk=call_id)
+    response = HttpResponse(json.dumps(call.result, indent=2, ensure_ascii=False), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="call-{call.pk}-result.json"'
+    return response
+
+
+def pending(request: HttpRequest) -> HttpResponse:
+    calls = Call.objects.filter(status=Call.WAITING).order_by("id").select_related("tool", "tool__server")
+    rows = [{"call": c, "arguments_json": json.dumps(c.arguments, indent=2, ensure_ascii=False)} for c in calls]
+    context = {"rows": rows, "can_approve": request.user.has_perm("calls.approve_call")}
+    template = "calls/_pending_rows.html" if request.GET.get("fragment") == "1" else "calls/pending.html"
+    return render(request, template, context)
+
+
+@require_POST
+@permission_required("calls.approve_call", raise_exception=True)
+def approve(request: HttpRequest, call_id: int) -> HttpResponse:
+    try:
+        call = actions.approve(call_id, request.user, always_allow=request.POST.get("always") == "1")
+    except actions.ApprovalError as exc:
+        messages.error(request, str(exc))
+    except Call.DoesNotExist:
+        return HttpResponse("No such call.", status=404)
+    else:
+        extra = " and always allowed this tool" if request.POST.get("always") == "1" else ""
+        messages.success(request, f"Approved call #{call.pk}{extra}.")
+    return redirect(request.POST.get("next") or "pending")
+
+
+@require_POST
+@permission_required("calls.approve_call", raise_exception=True)
+def deny(request: HttpRequest, call_id: int) -> HttpResponse:
+    try:
+        call = actions.deny(call_id, request.user, request.POST.get("reason", ""))
+    except actions.ApprovalError as exc:
+        messages.error(request, str(exc))
+    except Call.DoesNotExist:
+        return HttpResponse("No such call.", status=404)
+    else:
+        messages.success(request, f"Denied call #{call.pk}.")
+    return redirect(request.POST.get("next") or "pending")
+
+
+@require_POST
+def call_tool(request: HttpRequest, exposed_name: str) -> HttpResponse:
+    """Start a call from the tool page; answers JSON to the page's script, or redirects a plain form."""
+    get_object_or_404(Tool, exposed_name=exposed_name)
+    raw = request.POST.get("arguments", "")
+    wants_json = request.headers.get("Accept", "").startswith("application/json")
+    try:
+        arguments = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        error = {
+            "error": f"the arguments are not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+            "errors": [{"path": "", "message": exc.msg}],
+        }
+        if wants_json:
+            return JsonResponse(error, status=400)
+        messages.error(request, error["error"])
+        return redirect("tool", exposed_name=exposed_name)
+    try:
+        call = actions.start_call(exposed_name, arguments, actions.Requester.for_user(request.user))
+    except actions.CallError as exc:
+        if wants_json:
+            return JsonResponse({"error": exc.message, "errors": exc.errors}, status=exc.status)
+        messages.error(request, exc.message)
+        return redirect("tool", exposed_name=exposed_name)
+    url = reverse("call", args=[call.pk])
+    if wants_json:
+        return JsonResponse({**call.summary(), "url": url})
+    return redirect(url)
