@@ -200,6 +200,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and DATABASES[
     DATABASES["default"].setdefault("OPTIONS", {})
     DATABASES["default"]["OPTIONS"] = {**_default_db["OPTIONS"], **DATABASES["default"]["OPTIONS"]}  # type: ignore[dict-item]
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory, so that the processes a test starts (a worker, the web
+    # process) open the same test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-patchbay.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- redis: broker, channel layer ----------------------------------------------------
