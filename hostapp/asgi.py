@@ -14,11 +14,23 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from hostapp.gateway.asgi import GatewayApp, mcp_path  # noqa: E402
 from hostapp.routing import websocket_urlpatterns  # noqa: E402
+
+gateway_app = GatewayApp()
+
+
+async def http_app(scope, receive, send):  # type: ignore[no-untyped-def]
+    """/mcp goes to the agents' endpoint; everything else to Django."""
+    if mcp_path(scope):
+        await gateway_app(scope, receive, send)
+    else:
+        await django_asgi_app(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

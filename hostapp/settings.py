@@ -118,6 +118,7 @@ INSTALLED_APPS = [
     "hostapp.catalog",
     "hostapp.calls",
     "hostapp.outbox",
+    "hostapp.gateway",
 ]
 
 MIDDLEWARE = [
@@ -334,6 +335,13 @@ PATCHBAY_OUTBOX_LEASE = env_int("PATCHBAY_OUTBOX_LEASE", 120, minimum=5)
 PATCHBAY_OUTBOX_CALL_TIMEOUT = env_int("PATCHBAY_OUTBOX_CALL_TIMEOUT", 60, minimum=1)
 # A POST with each new dead letter's summary (optional).
 PATCHBAY_ALERT_WEBHOOK = env_str("PATCHBAY_ALERT_WEBHOOK")
+
+# The agents' endpoint: how long a write call is awaited, and a call waiting for a
+# person, before the agent gets "still running: ask for its status" instead.
+PATCHBAY_AGENT_WRITE_WAIT = env_int("PATCHBAY_AGENT_WRITE_WAIT", 30, minimum=0)
+PATCHBAY_AGENT_APPROVAL_WAIT = env_int("PATCHBAY_AGENT_APPROVAL_WAIT", 120, minimum=0)
+# Origins allowed to call /mcp from a browser, besides the hosts of ALLOWED_HOSTS.
+PATCHBAY_MCP_ALLOWED_ORIGINS = env_list("PATCHBAY_MCP_ALLOWED_ORIGINS", [])
 
 # Where `manage.py run` records the admin credentials it created on the first run.
 PATCHBAY_ADMIN_CREDENTIALS_FILE = DATA_DIR / "admin-credentials.txt"

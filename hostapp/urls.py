@@ -9,4 +9,5 @@ urlpatterns = [
     path("", include("hostapp.catalog.urls")),
     path("", include("hostapp.calls.urls")),
     path("", include("hostapp.outbox.urls")),
+    path("", include("hostapp.gateway.urls")),
 ]

@@ -44,6 +44,7 @@ class Requester:
     kind: str  # Call.USER, Call.CLI or Call.AGENT
     name: str
     user: Any = None
+    agent: Any = None
 
     @classmethod
     def for_user(cls, user: Any) -> Requester:
@@ -86,7 +87,7 @@ def start_call(tool_name: str, arguments: Any, requester: Requester) -> Call:
     from hostapp.outbox import actions as outbox
 
     tool = Tool.objects.select_related("server").filter(exposed_name=tool_name).first()
-    if tool is None:
+    if tool is None or (requester.agent is not None and not requester.agent.may_use(tool.server.name)):
         raise CallError(f"no tool named {tool_name!r}", status=404)
     errors = validate_arguments(tool.input_schema, arguments)
     if errors:
@@ -103,6 +104,7 @@ def start_call(tool_name: str, arguments: Any, requester: Requester) -> Call:
             requester_kind=requester.kind,
             requester_user=requester.user if getattr(requester.user, "pk", None) else None,
             requester_name=requester.name,
+            requester_agent=requester.agent,
             server_name=tool.server.name,
             tool_name=tool.exposed_name,
             original_name=tool.original_name,

@@ -72,6 +72,9 @@ class Call(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls"
     )
     requester_name = models.CharField(max_length=150, help_text="Who asked: a username, 'cli', an agent's name.")
+    requester_agent = models.ForeignKey(
+        "gateway.AgentToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="calls"
+    )
 
     server_name = models.CharField(max_length=32)
     tool_name = models.CharField(max_length=64, help_text="The exposed name.")

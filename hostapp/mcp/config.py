@@ -92,7 +92,13 @@ def _looks_like_sse(url: str) -> bool:
     return urlsplit(url).path.rstrip("/").endswith("/sse")
 
 
+# Names the host keeps for its own tools (`patchbay__call_status` on the agents' endpoint).
+RESERVED_NAMES = frozenset({"patchbay"})
+
+
 def validate_name(name: Any) -> str:
+    if name in RESERVED_NAMES:
+        raise ConfigError(str(name), "name", "is reserved for the host's own tools")
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ConfigError(
             str(name),

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-CLI_MODULES = ("hostapp.catalog.cli", "hostapp.calls.cli", "hostapp.outbox.cli")
+CLI_MODULES = ("hostapp.catalog.cli", "hostapp.calls.cli", "hostapp.outbox.cli", "hostapp.gateway.cli")
 
 
 class Command(BaseCommand):

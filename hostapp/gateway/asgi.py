@@ -1,0 +1,159 @@
+"""The ASGI side of /mcp: Origin and bearer-token checks in front of the SDK's app."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from mcp.server.transport_security import TransportSecuritySettings
+
+from .server import AGENT_SCOPE_KEY, AgentInfo, Gateway
+
+logger = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+
+
+def _hosts() -> list[str]:
+    hosts = []
+    for host in settings.ALLOWED_HOSTS:
+        if host in ("*", ""):
+            continue
+        host = host.lstrip(".")
+        hosts += [host, f"{host}:*"]
+    return hosts
+
+
+def allowed_origins() -> list[str]:
+    origins = list(settings.PATCHBAY_MCP_ALLOWED_ORIGINS)
+    for host in settings.ALLOWED_HOSTS:
+        if host in ("*", ""):
+            continue
+        host = host.lstrip(".")
+        origins += [f"http://{host}", f"https://{host}", f"http://{host}:*", f"https://{host}:*"]
+    return origins
+
+
+def origin_allowed(origin: str | None) -> bool:
+    """An absent Origin is a non-browser client; a present one must be ours."""
+    if not origin:
+        return True
+    for allowed in allowed_origins():
+        if origin == allowed or (allowed.endswith(":*") and origin.startswith(allowed[:-2] + ":")):
+            return True
+    return False
+
+
+async def _respond(send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _authenticate(token: str) -> AgentInfo | None:
+    from django.db import close_old_connections
+
+    from .tokens import authenticate
+
+    try:
+        agent = authenticate(token)
+        if agent is None:
+            return None
+        return AgentInfo(agent.pk, agent.name, tuple(agent.servers or ()))
+    finally:
+        close_old_connections()
+
+
+class GatewayApp:
+    """Serves /mcp; started on the first request (daphne sends no lifespan events)."""
+
+    def __init__(self) -> None:
+        self.gateway = Gateway()
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=_hosts(), allowed_origins=allowed_origins()
+        )
+        self.app = self.gateway.server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
+        self._ready: asyncio.Event | None = None
+        self._runner: asyncio.Task[None] | None = None
+
+    async def _ensure_running(self) -> None:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+            self._runner = asyncio.get_running_loop().create_task(self._run(), name="mcp-gateway")
+        await self._ready.wait()
+
+    async def _run(self) -> None:
+        assert self._ready is not None
+        async with self.gateway.server.session_manager.run():
+            self._ready.set()
+            await self._follow_catalog()
+
+    async def _follow_catalog(self) -> None:
+        """Hear catalog changes (from any process) on the channel layer; tell the agents."""
+        from channels.layers import get_channel_layer
+
+        from hostapp.core.consumers import LIVE_GROUP
+
+        delay = 1.0
+        while True:
+            layer = get_channel_layer()
+            try:
+                channel = await layer.new_channel()
+                await layer.group_add(LIVE_GROUP, channel)
+                delay = 1.0
+                while True:
+                    message = await layer.receive(channel)
+                    if message.get("kind") in ("catalog.changed", "server.changed"):
+                        await self.gateway.catalog_changed()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # boundary: without Redis, the cache's TTL still catches up
+                logger.warning("the agents' endpoint lost the channel layer (%s); retrying in %.0fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 60.0)
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if not origin_allowed(headers.get("origin")):
+            await _respond(send, 403, {"error": "this Origin may not use the MCP endpoint"})
+            return
+        auth = headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        agent = (
+            await sync_to_async(_authenticate, thread_sensitive=False)(token.strip())
+            if scheme.lower() == "bearer"
+            else None
+        )
+        if agent is None:
+            await _respond(
+                send,
+                401,
+                {"error": "a valid agent token is required: Authorization: Bearer <token>"},
+                [(b"www-authenticate", b'Bearer realm="patchbay", error="invalid_token"')],
+            )
+            return
+        await self._ensure_running()
+        scope = dict(scope)
+        scope[AGENT_SCOPE_KEY] = agent
+        await self.app(scope, receive, send)
+
+
+def mcp_path(scope: Scope) -> bool:
+    path = scope.get("path", "")
+    return path == "/mcp" or path.startswith("/mcp/")

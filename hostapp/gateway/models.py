@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+TOKEN_PREFIX = "pb_"
+
+
+def hash_token(token: str) -> str:
+    """Tokens are long random strings: a plain SHA-256 is the right way to store them."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class AgentToken(models.Model):
+    """A bearer token for one agent; only its hash is stored."""
+
+    name = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", "Letters, digits, '.', '_' and '-'.")],
+    )
+    token_hash = models.CharField(max_length=64, unique=True)
+    # The first characters, to recognise a token in a list (never enough to use it).
+    hint = models.CharField(max_length=12)
+    # Server names this agent may reach; empty means every server.
+    servers = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+    def may_use(self, server_name: str) -> bool:
+        return not self.servers or server_name in self.servers

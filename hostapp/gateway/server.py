@@ -1,0 +1,303 @@
+"""The agents' endpoint: the merged catalog served as one MCP server at /mcp.
+
+Built on the SDK's server side (its Streamable HTTP app serves both eras: modern
+stateless requests and 2025-era sessions). Patchbay adds what a host must:
+
+* bearer tokens per agent (stored hashed), checked before the SDK sees the request;
+  `Origin` checked against the allowed hosts (403), like the SDK does for Host;
+* the tool list is the active catalog, as the host applies it (sanitized descriptions,
+  applied annotations), limited to the agent's servers, answered from memory and
+  reloaded when the catalog changes (list_changed to 2025-era sessions, a
+  `subscriptions/listen` event to modern clients);
+* every call goes through the same ledger and policy as a person's: read-only calls
+  pass through; write calls are queued and awaited up to a limit; destructive calls wait
+  for a person while progress notifications keep a client that asked informed; past the
+  limit the agent gets a result naming the call and how to ask for its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from mcp.server import Server
+from mcp.server.caching import CacheHint
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.subscriptions import ToolsListChanged
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from hostapp.calls.models import Call
+
+logger = logging.getLogger(__name__)
+
+STATUS_TOOL = "patchbay__call_status"
+AGENT_SCOPE_KEY = "patchbay.agent"
+# How long the in-memory tool list is trusted without a change event (a safety net).
+CATALOG_TTL = 30.0
+PROGRESS_EVERY = 5.0
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    pk: int
+    name: str
+    servers: tuple[str, ...]
+
+    def may_use(self, server: str) -> bool:
+        return not self.servers or server in self.servers
+
+
+@dataclass(frozen=True)
+class Entry:
+    server: str
+    tool: types.Tool
+
+
+def _status_tool() -> types.Tool:
+    return types.Tool(
+        name=STATUS_TOOL,
+        title="Status of a call",
+        description=(
+            "Ask Patchbay for the status of one of your earlier tool calls, by the call id it gave you "
+            "(for a call still waiting for a person's approval, or still being delivered). Returns the "
+            "status and, once finished, the result or the error."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"call_id": {"type": "integer", "description": "The call id Patchbay gave you"}},
+            "required": ["call_id"],
+        },
+        annotations=types.ToolAnnotations(
+            read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+
+
+def _load_catalog() -> dict[str, Entry]:
+    from hostapp.catalog.actions import applied_annotations
+    from hostapp.catalog.models import Tool
+
+    entries: dict[str, Entry] = {}
+    tools = Tool.objects.filter(status=Tool.ACTIVE, server__enabled=True).select_related("server")
+    for t in tools.order_by("exposed_name"):
+        applied = applied_annotations(t)
+        annotations = types.ToolAnnotations(
+            title=t.title or None,
+            read_only_hint=applied["readOnlyHint"],
+            destructive_hint=applied["destructiveHint"],
+            idempotent_hint=applied["idempotentHint"],
+            open_world_hint=applied["openWorldHint"],
+        )
+        fields: dict[str, Any] = {
+            "name": t.exposed_name,
+            "title": t.title or None,
+            "description": t.description or None,
+            "input_schema": t.input_schema or {"type": "object"},
+            "annotations": annotations,
+        }
+        if t.output_schema:
+            fields["output_schema"] = t.output_schema
+        entries[t.exposed_name] = Entry(t.server.name, types.Tool(**fields))
+    return entries
+
+
+class CatalogCache:
+    """The active catalog in memory; one database read per change, not per request."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] | None = None
+        self._loaded_at = 0.0
+        self._lock = asyncio.Lock()
+
+    def invalidate(self) -> None:
+        self._entries = None
+
+    async def entries(self) -> dict[str, Entry]:
+        entries = self._entries
+        if entries is not None and time.monotonic() - self._loaded_at < CATALOG_TTL:
+            return entries
+        async with self._lock:
+            if self._entries is None or time.monotonic() - self._loaded_at >= CATALOG_TTL:
+                self._entries = await sync_to_async(_load_catalog, thread_sensitive=False)()
+                self._loaded_at = time.monotonic()
+            return self._entries
+
+
+def _agent(ctx: Any) -> AgentInfo:
+    request = getattr(ctx, "request", None)
+    agent = request.scope.get(AGENT_SCOPE_KEY) if request is not None else None
+    if agent is None:  # the ASGI wrapper authenticates every request; this is a guard
+        raise PermissionError("no agent")
+    return agent
+
+
+def _text_result(
+    text: str, *, is_error: bool = False, structured: dict[str, Any] | None = None
+) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=is_error,
+    )
+
+
+def _upstream_result(result: dict[str, Any]) -> types.CallToolResult:
+    """The server's result as the agent gets it (its `_meta` stays behind)."""
+    clean = {k: v for k, v in result.items() if k not in ("_meta", "resultType")}
+    return types.CallToolResult.model_validate(clean)
+
+
+def result_for(call: Call) -> types.CallToolResult:
+    """What an agent is told about a call in a final (or given-up-on) state."""
+    if call.status == Call.SUCCEEDED and call.result is not None:
+        return _upstream_result(call.result)
+    if call.status == Call.DENIED:
+        who = f" by {call.decided_by_name}" if call.decided_by_name else ""
+        return _text_result(f"Call #{call.pk} was denied{who}. Reason: {call.denial_reason}", is_error=True)
+    if call.status == Call.EXPIRED:
+        return _text_result(
+            f"Call #{call.pk} expired: nobody approved it in time ({call.denial_reason}).", is_error=True
+        )
+    if call.status == Call.BLOCKED:
+        return _text_result(f"Call #{call.pk} was refused: {(call.error or {}).get('message', '')}", is_error=True)
+    if call.status == Call.FAILED:
+        if call.result is not None and call.result.get("isError"):
+            return _upstream_result(call.result)
+        return _text_result(
+            f"Call #{call.pk} failed: {(call.error or {}).get('message', 'unknown error')}", is_error=True
+        )
+    if call.status == Call.UNKNOWN:
+        return _text_result(
+            f"Call #{call.pk}: the outcome is unknown (the server may or may not have acted); a person will "
+            "check it. Ask again later with patchbay__call_status.",
+            structured={"call_id": call.pk, "status": call.status},
+        )
+    waiting = "is waiting for a person's approval" if call.status == Call.WAITING else f"is {call.get_status_display()}"
+    return _text_result(
+        f"Call #{call.pk} {waiting}. It has not finished yet; ask for its status later with the tool "
+        f'{STATUS_TOOL} and {{"call_id": {call.pk}}}.',
+        structured={"call_id": call.pk, "status": call.status},
+    )
+
+
+class Gateway:
+    def __init__(self) -> None:
+        self.catalog = CatalogCache()
+        self.bus = InMemorySubscriptionBus()
+        self.legacy_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.server: Server[Any] = Server(
+            "patchbay",
+            version="0.1.0",
+            title="Patchbay",
+            instructions=(
+                "Tools of every MCP server configured in this Patchbay host, named <server>__<tool>. "
+                "Calls that change things may wait for a person's approval or be queued; such calls "
+                f"answer with a call id: ask for their status with {STATUS_TOOL}."
+            ),
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            on_subscriptions_listen=ListenHandler(self.bus),
+            cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
+        )
+
+    def _remember(self, ctx: Any) -> None:
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.session is not None:
+            self.legacy_sessions.add(ctx.session)
+
+    async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        agent = _agent(ctx)
+        self._remember(ctx)
+        entries = await self.catalog.entries()
+        tools = [e.tool for e in entries.values() if agent.may_use(e.server)]
+        tools.append(_status_tool())
+        return types.ListToolsResult(tools=tools)
+
+    async def catalog_changed(self) -> None:
+        """Tell every connected agent that the list changed (both eras)."""
+        self.catalog.invalidate()
+        await self.bus.publish(ToolsListChanged())
+        for session in list(self.legacy_sessions):
+            try:
+                await session.send_tool_list_changed()
+            except Exception:  # boundary: a gone session only misses a notice
+                self.legacy_sessions.discard(session)
+
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        from hostapp.calls import actions as calls
+
+        agent = _agent(ctx)
+        self._remember(ctx)
+        name = params.name
+        arguments = params.arguments or {}
+        if name == STATUS_TOOL:
+            return await self._status(agent, arguments)
+        entries = await self.catalog.entries()
+        entry = entries.get(name)
+        if entry is None or not agent.may_use(entry.server):
+            return _text_result(f"Unknown tool: {name}", is_error=True)
+        requester = calls.Requester(Call.AGENT, agent.name, agent=await _agent_row(agent.pk))
+        try:
+            call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester)
+        except calls.CallError as exc:
+            details = "; ".join(f"{e['path'] or '(arguments)'}: {e['message']}" for e in exc.errors[:10])
+            return _text_result(exc.message + (f" ({details})" if details else ""), is_error=True)
+        return await self._await(ctx, call)
+
+    async def _await(self, ctx: Any, call: Call) -> types.CallToolResult:
+        started = time.monotonic()
+        limit = (
+            settings.PATCHBAY_AGENT_APPROVAL_WAIT if call.status == Call.WAITING else settings.PATCHBAY_AGENT_WRITE_WAIT
+        )
+        last_progress = 0.0
+        ticks = 0
+        status = call.status
+        while call.status in (Call.WAITING, Call.QUEUED, Call.RUNNING):
+            now = time.monotonic()
+            if now - started >= limit:
+                break
+            if now - last_progress >= PROGRESS_EVERY:
+                ticks += 1
+                what = "waiting for a person's approval" if call.status == Call.WAITING else "being delivered"
+                await ctx.session.report_progress(ticks, None, f"Call #{call.pk} is {what}")
+                last_progress = now
+            await asyncio.sleep(0.2)
+            call = await sync_to_async(Call.objects.get, thread_sensitive=False)(pk=call.pk)
+            if status == Call.WAITING and call.status != Call.WAITING:
+                # Approved: the delivery gets its own time.
+                started, limit = time.monotonic(), settings.PATCHBAY_AGENT_WRITE_WAIT
+            status = call.status
+        return result_for(call)
+
+    async def _status(self, agent: AgentInfo, arguments: dict[str, Any]) -> types.CallToolResult:
+        try:
+            call_id = int(arguments.get("call_id"))
+        except (TypeError, ValueError):
+            return _text_result("call_id must be a whole number", is_error=True)
+        call = await sync_to_async(
+            lambda: Call.objects.filter(pk=call_id, requester_agent_id=agent.pk).first(), thread_sensitive=False
+        )()
+        if call is None:
+            return _text_result(f"You have no call #{call_id}.", is_error=True)
+        summary = {"call_id": call.pk, "tool": call.tool_name, "status": call.status}
+        if call.final or call.status == Call.UNKNOWN:
+            final = result_for(call)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=json.dumps(summary)), *final.content],
+                structured_content={**summary, "is_error": bool(final.is_error)},
+                is_error=bool(final.is_error),
+            )
+        return _text_result(json.dumps(summary), structured=summary)
+
+
+async def _agent_row(pk: int) -> Any:
+    from .models import AgentToken
+
+    return await sync_to_async(AgentToken.objects.get, thread_sensitive=False)(pk=pk)

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("agents/", views.agents, name="agents"),
+    path("agents/<str:name>/revoke/", views.revoke, name="agent_revoke"),
+]
