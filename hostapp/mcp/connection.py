@@ -208,6 +208,13 @@ class Connection:
                 reason=f"http_{status}",
                 http_status=status,
             )
+        if trace.auth_status is not None:
+            return errors.transport_error(
+                f"HTTP {trace.auth_status} from {self.config.url}: not authorized",
+                transient=False,
+                reason=f"http_{trace.auth_status}",
+                http_status=trace.auth_status,
+            )
         if trace.status is not None and trace.status >= 400:
             return errors.transport_error(
                 f"HTTP {trace.status} from {self.config.url} during the handshake",

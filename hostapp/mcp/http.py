@@ -36,6 +36,9 @@ class CallTrace:
     connect_failed: bool = False
     sent: bool = False
     status: int | None = None
+    # A 401/403 seen on any request of this trace: during a handshake the SDK may fall
+    # back from discovery to initialize, and the last status is not the telling one.
+    auth_status: int | None = None
     too_large: bool = False
     error: str = ""
 
@@ -93,6 +96,8 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
         if trace is not None and request.method == "POST":
             trace.sent = True
             trace.status = response.status_code
+            if response.status_code in (401, 403):
+                trace.auth_status = response.status_code
         content_type = response.headers.get("content-type", "").lower()
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         capped = _CappedStream(
