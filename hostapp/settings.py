@@ -122,6 +122,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "hostapp.core.metrics.LatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -256,6 +257,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "refresh-catalog": {"task": "hostapp.catalog.refresh_all", "schedule": 15 * 60.0},
     # Re-queues due actions, reclaims leases of dead workers, expires old approvals.
     "outbox-sweep": {"task": "hostapp.outbox.sweep", "schedule": 5.0},
+    "prune-ledger": {"task": "hostapp.calls.prune", "schedule": 6 * 3600.0},
 }
 
 # --- auth, sessions, security ----------------------------------------------------------
@@ -312,11 +314,17 @@ if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         ("patchbay.E005", f"PATCHBAY_LOG_LEVEL={LOG_LEVEL!r} is not a level.", "Use DEBUG, INFO, WARNING or ERROR.")
     )
     LOG_LEVEL = "INFO"
+# One JSON object per line with PATCHBAY_LOG_JSON=1 (call ids and idempotency keys
+# travel as fields; no secret is ever logged).
+LOG_JSON = env_bool("PATCHBAY_LOG_JSON", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "hostapp.core.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json" if LOG_JSON else "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django": {"level": "INFO" if LOG_LEVEL == "DEBUG" else LOG_LEVEL}},
 }
@@ -342,6 +350,12 @@ PATCHBAY_AGENT_WRITE_WAIT = env_int("PATCHBAY_AGENT_WRITE_WAIT", 30, minimum=0)
 PATCHBAY_AGENT_APPROVAL_WAIT = env_int("PATCHBAY_AGENT_APPROVAL_WAIT", 120, minimum=0)
 # Origins allowed to call /mcp from a browser, besides the hosts of ALLOWED_HOSTS.
 PATCHBAY_MCP_ALLOWED_ORIGINS = env_list("PATCHBAY_MCP_ALLOWED_ORIGINS", [])
+
+# A token for Prometheus to scrape /metrics (Authorization: Bearer ...); staff sessions work too.
+PATCHBAY_METRICS_TOKEN = env_str("PATCHBAY_METRICS_TOKEN")
+# The ledger is kept this many days; done outbox actions as long. Dead letters and
+# unknown outcomes are never pruned automatically.
+PATCHBAY_RETENTION_DAYS = env_int("PATCHBAY_RETENTION_DAYS", 30, minimum=1)
 
 # Where `manage.py run` records the admin credentials it created on the first run.
 PATCHBAY_ADMIN_CREDENTIALS_FILE = DATA_DIR / "admin-credentials.txt"

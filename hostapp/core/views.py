@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -14,14 +15,87 @@ from .models import WorkerHeartbeat
 HEARTBEAT_STALE_AFTER = timedelta(seconds=60)
 
 
-def home(request: HttpRequest) -> HttpResponse:
-    cutoff = timezone.now() - HEARTBEAT_STALE_AFTER
-    workers = list(WorkerHeartbeat.objects.order_by("hostname"))
-    return render(
-        request,
-        "core/home.html",
-        {"workers": workers, "live_workers": sum(1 for w in workers if w.seen_at >= cutoff)},
+def _per_minute(now: Any) -> dict[str, list[int]]:
+    """Calls finished per minute over the last hour, by outcome (succeeded, failed, dead)."""
+    from django.db.models import Count
+    from django.db.models.functions import TruncMinute
+
+    from hostapp.calls.models import Call
+    from hostapp.outbox.models import Attempt
+
+    start = (now - timedelta(minutes=59)).replace(second=0, microsecond=0)
+    series = {"succeeded": [0] * 60, "failed": [0] * 60, "dead": [0] * 60}
+
+    def slot(minute: Any) -> int:
+        return int((minute - start).total_seconds() // 60)
+
+    finished = (
+        Call.objects.filter(finished_at__gte=start, status__in=["succeeded", "failed"])
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute", "status")
+        .annotate(n=Count("id"))
+        .order_by()
     )
+    for row in finished:
+        i = slot(row["minute"])
+        if 0 <= i < 60:
+            series[row["status"]][i] += row["n"]
+    dead = (
+        Attempt.objects.filter(finished_at__gte=start, outcome="dead")
+        .annotate(minute=TruncMinute("finished_at"))
+        .values("minute")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in dead:
+        i = slot(row["minute"])
+        if 0 <= i < 60:
+            series["dead"][i] += row["n"]
+    return series
+
+
+def _chart(series: dict[str, list[int]], width: int = 720, height: int = 160) -> dict[str, Any]:
+    """Polylines for an inline SVG (drawn on the server: no chart library, no script)."""
+    top = max([1, *(v for values in series.values() for v in values)])
+    step = width / 59
+    lines = {}
+    for name, values in series.items():
+        points = " ".join(f"{i * step:.1f},{height - (v / top) * (height - 10):.1f}" for i, v in enumerate(values))
+        lines[name] = points
+    return {
+        "lines": lines,
+        "top": top,
+        "width": width,
+        "height": height,
+        "totals": {k: sum(v) for k, v in series.items()},
+    }
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    from django.db.models import Count
+
+    from hostapp.calls.models import Call
+    from hostapp.catalog.models import Server
+    from hostapp.outbox.models import Action
+
+    now = timezone.now()
+    cutoff = now - HEARTBEAT_STALE_AFTER
+    workers = list(WorkerHeartbeat.objects.order_by("hostname"))
+    states = dict(Server.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
+    outbox = dict.fromkeys((s for s, _ in Action.STATUSES), 0)
+    outbox.update(Action.objects.values("status").annotate(n=Count("id")).values_list("status", "n"))
+    context = {
+        "workers": workers,
+        "live_workers": sum(1 for w in workers if w.seen_at >= cutoff),
+        "server_states": sorted(states.items()),
+        "server_total": sum(states.values()),
+        "pending": Call.objects.filter(status=Call.WAITING).count(),
+        "outbox": outbox,
+        "dead": outbox["dead"] + outbox["unknown"],
+        "chart": _chart(_per_minute(now)),
+    }
+    template = "core/_home.html" if request.GET.get("fragment") == "1" else "core/home.html"
+    return render(request, template, context)
 
 
 def section(request: HttpRequest, title: str, empty: str) -> HttpResponse:
@@ -42,3 +116,55 @@ def nav_counts(request: HttpRequest) -> JsonResponse:
 
     context = navigation(request)
     return JsonResponse({"pending": context.get("nav_pending", 0), "dead": context.get("nav_dead", 0)})
+
+
+@login_not_required
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    """Ready to serve: the database answers, Redis answers, a worker ran a task recently."""
+    import redis
+    from django.conf import settings
+    from django.db import connection
+
+    checks: dict[str, str] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except Exception as exc:  # boundary: report, never raise, from a health check
+        checks["database"] = f"error: {type(exc).__name__}"
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2).ping()
+        checks["redis"] = "ok"
+    except Exception as exc:  # boundary: as above
+        checks["redis"] = f"error: {type(exc).__name__}"
+    try:
+        cutoff = timezone.now() - HEARTBEAT_STALE_AFTER
+        fresh = WorkerHeartbeat.objects.filter(seen_at__gte=cutoff).exists()
+        checks["worker"] = "ok" if fresh else "no worker heartbeat in the last minute"
+    except Exception as exc:  # boundary: as above
+        checks["worker"] = f"error: {type(exc).__name__}"
+    ok = all(v == "ok" for v in checks.values())
+    return JsonResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503)
+
+
+@login_not_required
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text format; for a staff session, or `Authorization: Bearer $PATCHBAY_METRICS_TOKEN`."""
+    import hmac
+
+    from django.conf import settings
+
+    from .metrics import render
+
+    token = settings.PATCHBAY_METRICS_TOKEN
+    auth = request.headers.get("Authorization", "")
+    by_token = bool(token) and auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].strip(), token)
+    if not by_token and not (request.user.is_authenticated and request.user.is_staff):
+        response = HttpResponse(
+            "metrics need a staff session or the metrics token\n", status=401, content_type="text/plain"
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="patchbay-metrics"'
+        return response
+    return HttpResponse(render(), content_type="text/plain; version=0.0.4; charset=utf-8")
