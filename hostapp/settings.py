@@ -130,7 +130,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # Every page requires login unless its view is marked @login_not_required.
-    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "hostapp.core.middleware.PatchbayLoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]

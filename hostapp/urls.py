@@ -3,8 +3,11 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from hostapp.api import api
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
     path("", include("hostapp.core.urls")),
     path("", include("hostapp.catalog.urls")),
     path("", include("hostapp.calls.urls")),

@@ -1,0 +1,481 @@
+"""The JSON API: servers, tools, calls, approvals and the outbox, described by OpenAPI.
+
+Served at /api/v1/ (schema at /api/v1/openapi.json). Two ways in:
+
+* a browser session (cookie), with CSRF enforced on every unsafe method;
+* an agent token (`Authorization: Bearer pb_...`): an agent may read the catalog, make
+  calls and read its own calls; it can never decide an approval or touch the outbox.
+
+Errors are `{"error": "..."}` with the status that fits (400, 401, 403, 404, 409).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import APIKeyCookie, HttpBearer
+
+from hostapp.calls import actions as call_actions
+from hostapp.calls.models import Call
+from hostapp.catalog.models import Server, Tool
+from hostapp.outbox import actions as outbox_actions
+from hostapp.outbox.models import Action
+
+
+class SessionAuth(APIKeyCookie):
+    """A logged-in browser session; CSRF is checked on unsafe methods."""
+
+    param_name = "sessionid"
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        # No session cookie: not this method's request (a bearer token may follow).
+        # With one, CSRF is checked before anything else.
+        if self.param_name not in request.COOKIES:
+            return None
+        return super()._get_key(request)
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            request.api_agent = None  # type: ignore[attr-defined]
+            return user
+        return None
+
+
+class AgentAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        from hostapp.gateway.tokens import authenticate
+
+        agent = authenticate(token)
+        if agent is not None:
+            request.api_agent = agent  # type: ignore[attr-defined]
+        return agent
+
+
+def _schema_needs_login(view: Any) -> Any:
+    """The schema, like every route, is for a session or an agent token."""
+    from functools import wraps
+
+    from django.http import JsonResponse
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            auth = request.headers.get("Authorization", "")
+            if not (auth.startswith("Bearer ") and AgentAuth().authenticate(request, auth[7:].strip())):
+                response = JsonResponse({"error": "log in, or send Authorization: Bearer <agent token>"}, status=401)
+                response["WWW-Authenticate"] = 'Bearer realm="patchbay"'
+                return response
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+api = NinjaAPI(
+    title="Patchbay API",
+    version="1",
+    description=__doc__,
+    auth=[SessionAuth(), AgentAuth()],
+    docs_url=None,
+    docs_decorator=_schema_needs_login,
+    urls_namespace="api",
+)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: Exception) -> Any:
+    response = api.create_response(
+        request, {"error": "log in, or send Authorization: Bearer <agent token>"}, status=401
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="patchbay"'
+    return response
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> Any:
+    first = exc.errors[0] if exc.errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
+    message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid input"))
+    return api.create_response(request, {"error": message}, status=400)
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> Any:
+    return api.create_response(request, {"error": str(exc)}, status=exc.status_code)
+
+
+class Error(Schema):
+    error: str
+
+
+def _agent(request: HttpRequest) -> Any:
+    return getattr(request, "api_agent", None)
+
+
+def _user(request: HttpRequest) -> Any:
+    """The session user, or 403 for an agent token."""
+    if _agent(request) is not None:
+        raise HttpError(403, "agent tokens cannot do this; a person must")
+    return request.user
+
+
+def _require(request: HttpRequest, perm: str) -> Any:
+    user = _user(request)
+    if not user.has_perm(perm):
+        raise HttpError(403, f"this needs the {perm} permission")
+    return user
+
+
+# --- servers ------------------------------------------------------------------------
+
+
+class ServerOut(Schema):
+    name: str
+    transport: str
+    state: str
+    protocol_version: str
+    tool_count: int
+    trusted: bool
+    enabled: bool
+    stale: bool
+    last_error: str | None
+
+
+def _server_out(server: Server, count: int) -> dict[str, Any]:
+    from hostapp.catalog.cli import server_row
+
+    return server_row(server, count)
+
+
+@api.get("/servers", response=list[ServerOut], tags=["servers"])
+def list_servers(request: HttpRequest) -> list[dict[str, Any]]:
+    from django.db.models import Count
+
+    agent = _agent(request)
+    servers = Server.objects.annotate(n=Count("tools")).order_by("name")
+    if agent is not None and agent.servers:
+        servers = servers.filter(name__in=agent.servers)
+    return [_server_out(s, s.n) for s in servers]
+
+
+def _server(request: HttpRequest, name: str) -> Server:
+    agent = _agent(request)
+    server = Server.objects.filter(name=name).first()
+    if server is None or (agent is not None and not agent.may_use(name)):
+        raise HttpError(404, f"no server named {name!r}")
+    return server
+
+
+@api.get("/servers/{name}", response={200: ServerOut, 404: Error}, tags=["servers"])
+def get_server(request: HttpRequest, name: str) -> dict[str, Any]:
+    server = _server(request, name)
+    return _server_out(server, server.tools.count())
+
+
+class Queued(Schema):
+    queued: bool
+
+
+@api.post("/servers/{name}/refresh", response={202: Queued, 403: Error, 404: Error}, tags=["servers"])
+def refresh_server(request: HttpRequest, name: str) -> tuple[int, dict[str, bool]]:
+    from hostapp.catalog.tasks import queue_refresh
+
+    _user(request)
+    server = _server(request, name)
+    return 202, {"queued": queue_refresh(server.name, reason="asked through the API", countdown=0)}
+
+
+# --- tools ------------------------------------------------------------------------------
+
+
+class ToolOut(Schema):
+    name: str
+    server: str
+    original_name: str
+    title: str
+    description: str
+    effective_class: str
+    annotations: dict[str, Any]
+    claimed_annotations: dict[str, Any]
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    status: str
+
+
+class ToolFilters(Schema):
+    server: str | None = None
+    status: Literal["active", "quarantined"] | None = None
+    effective_class: Literal["read_only", "write", "destructive"] | None = None
+    q: str | None = None
+    limit: int = 500
+    offset: int = 0
+
+
+@api.get("/tools", response=list[ToolOut], tags=["tools"])
+def list_tools(request: HttpRequest, filters: Query[ToolFilters]) -> list[dict[str, Any]]:
+    from django.db.models import Q
+
+    from hostapp.catalog.cli import tool_row
+
+    tools = Tool.objects.select_related("server").order_by("exposed_name")
+    agent = _agent(request)
+    if agent is not None:
+        tools = tools.filter(status=Tool.ACTIVE)
+        if agent.servers:
+            tools = tools.filter(server__name__in=agent.servers)
+    if filters.server:
+        tools = tools.filter(server__name=filters.server)
+    if filters.status:
+        tools = tools.filter(status=filters.status)
+    if filters.effective_class:
+        tools = tools.filter(effective_class=filters.effective_class)
+    if filters.q:
+        tools = tools.filter(Q(exposed_name__icontains=filters.q) | Q(description__icontains=filters.q))
+    limit = max(1, min(filters.limit, 1000))
+    offset = max(0, filters.offset)
+    return [tool_row(t) for t in tools[offset : offset + limit]]
+
+
+@api.get("/tools/{name}", response={200: ToolOut, 404: Error}, tags=["tools"])
+def get_tool(request: HttpRequest, name: str) -> dict[str, Any]:
+    from hostapp.catalog.cli import tool_row
+
+    tool = Tool.objects.select_related("server").filter(exposed_name=name).first()
+    agent = _agent(request)
+    if tool is None or (agent is not None and (not agent.may_use(tool.server.name) or tool.status != Tool.ACTIVE)):
+        raise HttpError(404, f"no tool named {name!r}")
+    return tool_row(tool)
+
+
+# --- calls ------------------------------------------------------------------------------------
+
+
+class CallIn(Schema):
+    tool: str
+    arguments: dict[str, Any] = {}
+
+
+class CallOut(Schema):
+    call_id: int
+    tool: str
+    server: str
+    status: str
+    decision: str
+    requester: str
+    requester_kind: str
+    created_at: datetime
+    finished_at: datetime | None
+    attempts: int
+    arguments: dict[str, Any]
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    is_error: bool
+    denial_reason: str | None
+    approval_expires_at: datetime | None
+
+
+class CallError(Schema):
+    error: str
+    errors: list[dict[str, str]] = []
+
+
+def _call_out(call: Call) -> dict[str, Any]:
+    return {
+        "call_id": call.pk,
+        "tool": call.tool_name,
+        "server": call.server_name,
+        "status": call.status,
+        "decision": call.decision,
+        "requester": call.requester_name,
+        "requester_kind": call.requester_kind,
+        "created_at": call.created_at,
+        "finished_at": call.finished_at,
+        "attempts": call.attempts,
+        "arguments": call.arguments,
+        "result": call.result,
+        "error": call.error,
+        "is_error": call.is_error,
+        "denial_reason": call.denial_reason or None,
+        "approval_expires_at": call.approval_expires_at,
+    }
+
+
+@api.post("/calls", response={201: CallOut, 400: CallError, 404: CallError}, tags=["calls"])
+def make_call(request: HttpRequest, payload: CallIn) -> tuple[int, dict[str, Any]]:
+    agent = _agent(request)
+    if agent is not None:
+        requester = call_actions.Requester(Call.AGENT, agent.name, agent=agent)
+    else:
+        requester = call_actions.Requester.for_user(request.user)
+    try:
+        call = call_actions.start_call(payload.tool, payload.arguments, requester)
+    except call_actions.CallError as exc:
+        return (404 if exc.status == 404 else 400), {"error": exc.message, "errors": exc.errors}
+    return 201, _call_out(call)
+
+
+class CallFilters(Schema):
+    status: str | None = None
+    server: str | None = None
+    tool: str | None = None
+    requester: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+def _calls_for(request: HttpRequest) -> Any:
+    calls = Call.objects.order_by("-id")
+    agent = _agent(request)
+    if agent is not None:
+        calls = calls.filter(requester_agent=agent)
+    return calls
+
+
+@api.get("/calls", response=list[CallOut], tags=["calls"])
+def list_calls(request: HttpRequest, filters: Query[CallFilters]) -> list[dict[str, Any]]:
+    calls = _calls_for(request)
+    for field, column in (
+        ("status", "status"),
+        ("server", "server_name"),
+        ("tool", "tool_name"),
+        ("requester", "requester_name"),
+    ):
+        value = getattr(filters, field)
+        if value:
+            calls = calls.filter(**{column: value})
+    limit = max(1, min(filters.limit, 500))
+    offset = max(0, filters.offset)
+    return [_call_out(c) for c in calls[offset : offset + limit]]
+
+
+@api.get("/calls/{call_id}", response={200: CallOut, 404: Error}, tags=["calls"])
+def get_call(request: HttpRequest, call_id: int) -> dict[str, Any]:
+    call = _calls_for(request).filter(pk=call_id).first()
+    if call is None:
+        raise HttpError(404, f"no call #{call_id}")
+    return _call_out(call)
+
+
+# --- approvals ------------------------------------------------------------------------------------
+
+
+@api.get("/approvals", response=list[CallOut], tags=["approvals"])
+def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
+    _user(request)
+    return [_call_out(c) for c in Call.objects.filter(status=Call.WAITING).order_by("id")]
+
+
+class ApproveIn(Schema):
+    always: bool = False
+
+
+class DenyIn(Schema):
+    reason: str
+
+
+@api.post(
+    "/approvals/{call_id}/approve", response={200: CallOut, 403: Error, 404: Error, 409: Error}, tags=["approvals"]
+)
+def approve_call(request: HttpRequest, call_id: int, payload: ApproveIn) -> Any:
+    user = _require(request, "calls.approve_call")
+    try:
+        call = call_actions.approve(call_id, user, always_allow=payload.always)
+    except Call.DoesNotExist:
+        raise HttpError(404, f"no call #{call_id}") from None
+    except call_actions.ApprovalError as exc:
+        raise HttpError(409, str(exc)) from None
+    return _call_out(call)
+
+
+@api.post(
+    "/approvals/{call_id}/deny",
+    response={200: CallOut, 400: Error, 403: Error, 404: Error, 409: Error},
+    tags=["approvals"],
+)
+def deny_call(request: HttpRequest, call_id: int, payload: DenyIn) -> Any:
+    user = _require(request, "calls.approve_call")
+    if not payload.reason.strip():
+        raise HttpError(400, "a denial needs a reason: the caller receives it")
+    try:
+        call = call_actions.deny(call_id, user, payload.reason)
+    except Call.DoesNotExist:
+        raise HttpError(404, f"no call #{call_id}") from None
+    except call_actions.ApprovalError as exc:
+        raise HttpError(409, str(exc)) from None
+    return _call_out(call)
+
+
+# --- outbox ------------------------------------------------------------------------------------------
+
+
+class ActionOut(Schema):
+    id: int
+    call_id: int
+    tool: str
+    status: str
+    attempts: int
+    next_attempt_at: str | None
+    idempotency_key: str
+    last_error: str | None
+
+
+class ActionFilters(Schema):
+    status: Literal["pending", "leased", "done", "dead", "unknown", "discarded"] | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+@api.get("/outbox", response={200: list[ActionOut], 403: Error}, tags=["outbox"])
+def list_outbox(request: HttpRequest, filters: Query[ActionFilters]) -> list[dict[str, Any]]:
+    from hostapp.outbox.cli import action_row
+
+    _user(request)
+    rows = Action.objects.select_related("call").order_by("-id")
+    if filters.status:
+        rows = rows.filter(status=filters.status)
+    limit = max(1, min(filters.limit, 500))
+    return [action_row(a) for a in rows[max(0, filters.offset) : max(0, filters.offset) + limit]]
+
+
+class DiscardIn(Schema):
+    reason: str
+
+
+def _outbox_do(request: HttpRequest, fn: Any, *args: Any) -> dict[str, Any]:
+    from hostapp.outbox.cli import action_row
+
+    user = _require(request, "outbox.manage_outbox")
+    try:
+        action = fn(args[0], user.get_username(), *args[1:])
+    except Action.DoesNotExist:
+        raise HttpError(404, f"no action #{args[0]}") from None
+    except outbox_actions.OutboxError as exc:
+        raise HttpError(409, str(exc)) from None
+    action.refresh_from_db()
+    return action_row(Action.objects.select_related("call").get(pk=action.pk))
+
+
+@api.post("/outbox/{action_id}/redrive", response={200: ActionOut, 403: Error, 404: Error, 409: Error}, tags=["outbox"])
+def redrive_action(request: HttpRequest, action_id: int) -> dict[str, Any]:
+    return _outbox_do(request, outbox_actions.redrive, action_id)
+
+
+@api.post(
+    "/outbox/{action_id}/discard",
+    response={200: ActionOut, 400: Error, 403: Error, 404: Error, 409: Error},
+    tags=["outbox"],
+)
+def discard_action(request: HttpRequest, action_id: int, payload: DiscardIn) -> dict[str, Any]:
+    if not payload.reason.strip():
+        raise HttpError(400, "discarding needs a reason")
+    return _outbox_do(request, outbox_actions.discard, action_id, payload.reason)
+
+
+@api.post("/outbox/{action_id}/resolve", response={200: ActionOut, 403: Error, 404: Error, 409: Error}, tags=["outbox"])
+def resolve_action(request: HttpRequest, action_id: int) -> dict[str, Any]:
+    return _outbox_do(request, outbox_actions.mark_done, action_id)
