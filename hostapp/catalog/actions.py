@@ -285,6 +285,9 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
             update: dict[str, Any] = {}
             if tool.exposed_name != names.name or tool.name_warning != names.warning:
                 update.update(exposed_name=names.name, name_warning=names.warning)
+            if digest == tool.definition_hash and definition != tool.definition:
+                # Outside the pin (icons, _meta): keep what is shown current, nothing to review.
+                update.update(definition=definition, **display)
             if digest != tool.definition_hash:
                 update.update(definition=definition, definition_hash=digest, changed_at=now, **display)
                 update["effective_class"] = effective_class(

@@ -14,6 +14,8 @@ from .models import Server, Tool
 class ServerAdminForm(forms.ModelForm):
     """Env and header values are never shown: the admin edits them masked, like the page."""
 
+    url = forms.URLField(required=False, max_length=500, assume_scheme="https", label="URL")
+
     env_text = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),

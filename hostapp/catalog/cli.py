@@ -145,7 +145,12 @@ def cmd_tools(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -
 
 def _refresh(names: list[str], out: OutputWrapper, err: OutputWrapper) -> int:
     failed = 0
-    servers = list(Server.objects.filter(name__in=names).order_by("name")) if names else list(Server.objects.all())
+    # Named servers are refreshed as asked (a disabled one is reported); "all" means the enabled ones.
+    servers = (
+        list(Server.objects.filter(name__in=names).order_by("name"))
+        if names
+        else list(Server.objects.filter(enabled=True))
+    )
     missing = sorted(set(names) - {s.name for s in servers})
     for name in missing:
         err.write(f"{name}: no such server")

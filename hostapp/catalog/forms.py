@@ -99,14 +99,15 @@ class ServerForm(forms.Form):
         entry: dict[str, Any] = {"trusted": data["trusted"], "enabled": data["enabled"]}
         if data["transport"] == Server.STDIO:
             entry.update(command=data["command"], args=data["args"], env=data["env"])
-            if data["cwd"]:
-                entry["cwd"] = data["cwd"]
         else:
             entry.update(url=data["url"], headers=data["headers"], type=data["transport"])
+        # Whatever else was filled in goes along, so that a field that does not fit the
+        # transport is an error at that field, never silently dropped.
+        for key in ("command", "args", "env", "cwd", "url", "headers"):
+            if data.get(key) and key not in entry:
+                entry[key] = data[key]
         try:
             self.config = parse_entry(name, entry)
         except ConfigError as exc:
-            field_name = exc.field if exc.field in self.fields else None
-            message = str(exc).split(": ", 1)[-1]
-            self.add_error(field_name, message)
+            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
         return data

@@ -77,7 +77,8 @@ def expose_names(server: str, originals: Iterable[str]) -> dict[str, Exposed]:
             )
     # Hash suffixes could in theory meet each other or a clean name: lengthen until unique.
     seen: dict[str, str] = {}
-    for n in names:
+    # Names that needed no suffix are placed first, so a hash suffix never displaces them.
+    for n in sorted(names, key=lambda n: result[n].name != prefix + sanitized[n]):
         exposed = result[n].name
         length = 8
         while exposed in seen and seen[exposed] != n:

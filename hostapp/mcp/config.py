@@ -29,6 +29,7 @@ class ConfigError(ValueError):
     def __init__(self, entry: str, field_name: str, message: str) -> None:
         self.entry = entry
         self.field = field_name
+        self.message = message
         super().__init__(f"server {entry!r}, field {field_name!r}: {message}")
 
 
@@ -149,7 +150,8 @@ def parse_entry(name: str, raw: Any, **limits: Any) -> ServerConfig:
     has_command = "command" in raw
     has_url = "url" in raw
     if has_command and has_url:
-        raise ConfigError(name, "url", "a server has either a command (stdio) or a url (HTTP), not both")
+        wrong = "command" if kind in ("http", "streamable-http", "streamableHttp", "sse") else "url"
+        raise ConfigError(name, wrong, "a server has either a command (stdio) or a url (HTTP), not both")
     if not has_command and not has_url:
         raise ConfigError(name, "command", "is required (or give a url for an HTTP server)")
     if has_command:
