@@ -67,11 +67,11 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> list[dict[str,
     except jsonschema.SchemaError as exc:
         return [{"path": "", "message": f"the tool's input schema is invalid: {exc.message}"}]
     validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
-    errors = []
-    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path)):
-        path = "/".join(str(p) for p in error.absolute_path)
-        errors.append({"path": path, "message": error.message})
-    return errors
+    try:
+        found = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    except jsonschema.exceptions.UnknownType as exc:
+        return [{"path": "", "message": f"the tool's input schema is invalid: unknown type {exc.type!r}"}]
+    return [{"path": "/".join(str(p) for p in e.absolute_path), "message": e.message} for e in found]
 
 
 def _event(call: Call, kind: str, actor: str = "", **detail: Any) -> None:
@@ -174,50 +174,71 @@ def _void_reason(call: Call, tool: Tool | None) -> str:
 
 
 def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver_name: str = "") -> Call:
-    """Approve a waiting call: single use, bound to its arguments and the tool's definition."""
+    """Approve a waiting call: single use, bound to its arguments and the tool's definition.
+
+    A call that can no longer be approved (expired, its tool changed or blocked since) is
+    finished as such, and the refusal is raised after that is committed.
+    """
     from hostapp.outbox import actions as outbox
 
     name = approver_name or approver.get_username()
+    refusal = ""
     with transaction.atomic():
         call = Call.objects.select_for_update().get(pk=call_id)
         if call.status != Call.WAITING:
             raise ApprovalError(f"call #{call.pk} is {call.get_status_display()}, not waiting for approval")
         now = timezone.now()
-        if call.approval_expires_at and now >= call.approval_expires_at:
-            _finish_unapproved(call, Call.EXPIRED, "the approval request expired before anyone decided", name)
-            raise ApprovalError(f"call #{call.pk} expired before it was approved")
         tool = Tool.objects.select_related("server").filter(exposed_name=call.tool_name).first()
         void = _void_reason(call, tool)
-        if void:
+        decision = decide(tool) if tool is not None and not void else None
+        if call.approval_expires_at and now >= call.approval_expires_at:
+            _finish_unapproved(call, Call.EXPIRED, "the approval request expired before anyone decided", name)
+            refusal = f"call #{call.pk} expired before it was approved"
+        elif void:
             _finish_unapproved(call, Call.DENIED, f"approval void: {void}; make the call again", name)
-            raise ApprovalError(f"call #{call.pk} cannot be approved: {void}")
-        # Single use: only one decision moves the call out of `waiting`.
-        taken = Call.objects.filter(pk=call.pk, status=Call.WAITING).update(
-            status=Call.QUEUED,
-            decided_by=approver if getattr(approver, "pk", None) else None,
-            decided_by_name=name,
-            decided_at=now,
-        )
-        if taken != 1:
-            raise ApprovalError(f"call #{call.pk} was decided by someone else")
-        call.refresh_from_db()
-        _event(call, "approved", name, always_allow=always_allow)
-        if always_allow:
-            assert tool is not None
-            rule, _ = Rule.objects.update_or_create(
-                server_name=tool.server.name,
-                tool_name=tool.exposed_name,
-                defaults={
-                    "action": Rule.ALLOW,
-                    "reason": f"always allowed by {name}",
-                    "created_by": approver if getattr(approver, "pk", None) else None,
-                    "source": f"approval of call #{call.pk}",
-                },
+            refusal = f"call #{call.pk} cannot be approved: {void}"
+        elif decision is not None and decision.kind == Call.REFUSE:
+            _finish_unapproved(call, Call.BLOCKED, decision.reason, name)
+            refusal = f"call #{call.pk} cannot be approved: {decision.reason}"
+        else:
+            # Single use: only one decision moves the call out of `waiting`.
+            taken = Call.objects.filter(pk=call.pk, status=Call.WAITING).update(
+                status=Call.QUEUED,
+                decided_by=approver if getattr(approver, "pk", None) else None,
+                decided_by_name=name,
+                decided_at=now,
             )
-            _event(call, "rule_created", name, rule=str(rule))
-        outbox.enqueue(call)
-        _broadcast(call)
+            if taken != 1:
+                raise ApprovalError(f"call #{call.pk} was decided by someone else")
+            call.refresh_from_db()
+            _event(call, "approved", name, always_allow=always_allow)
+            if always_allow:
+                assert tool is not None
+                _allow_always(call, tool, approver, name)
+            outbox.enqueue(call)
+            _broadcast(call)
+    if refusal:
+        raise ApprovalError(refusal)
     return call
+
+
+def _allow_always(call: Call, tool: Tool, approver: Any, name: str) -> None:
+    """Record "always allow this tool" as a rule; an admin's block is never overturned."""
+    existing = Rule.objects.filter(server_name=tool.server.name, tool_name=tool.exposed_name).first()
+    if existing is not None and existing.action == Rule.BLOCK:
+        _event(call, "rule_kept", name, rule=str(existing), reason="a block rule is not replaced by an approval")
+        return
+    rule, _ = Rule.objects.update_or_create(
+        server_name=tool.server.name,
+        tool_name=tool.exposed_name,
+        defaults={
+            "action": Rule.ALLOW,
+            "reason": f"always allowed by {name}",
+            "created_by": approver if getattr(approver, "pk", None) else None,
+            "source": f"approval of call #{call.pk}",
+        },
+    )
+    _event(call, "rule_created", name, rule=str(rule))
 
 
 def deny(call_id: int, approver: Any, reason: str, *, approver_name: str = "") -> Call:
@@ -242,7 +263,8 @@ def _finish_unapproved(call: Call, status: str, reason: str, actor: str) -> None
     call.decided_at = now
     call.finished_at = now
     call.is_error = True
-    call.error = {"kind": status, "message": f"{'Denied' if status == Call.DENIED else 'Expired'}: {reason}"}
+    label = {Call.DENIED: "Denied", Call.EXPIRED: "Expired", Call.BLOCKED: "Blocked"}[status]
+    call.error = {"kind": status, "message": f"{label}: {reason}"}
     call.save(
         update_fields=[
             "status",

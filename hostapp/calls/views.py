@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 import jsonschema
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from hostapp.catalog.models import Tool
+from hostapp.core.views import safe_next
 
 from . import actions
 from .models import Call
@@ -61,7 +63,7 @@ def call_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "filters": filters,
         "status_choices": Call.STATUSES,
-        "query": "&".join(f"{k}={v}" for k, v in filters.items() if v),
+        "query": urlencode({k: v for k, v in filters.items() if v}),
     }
     template = "calls/_call_rows.html" if request.GET.get("fragment") == "1" else "calls/calls.html"
     return render(request, template, context)
@@ -135,10 +137,16 @@ def _result_view(call: Call) -> dict[str, Any]:
         tool = call.tool
         schema = tool.output_schema if tool is not None else None
         if schema:
-            errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(structured), key=lambda e: list(e.path))
-            check = [
-                f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:10]
-            ] or "ok"
+            try:
+                validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+                validator_cls.check_schema(schema)
+                errors = sorted(validator_cls(schema).iter_errors(structured), key=lambda e: list(e.path))
+            except (jsonschema.SchemaError, jsonschema.exceptions.UnknownType) as exc:
+                check = [f"the tool's output schema is invalid, so the result cannot be checked: {exc}"[:300]]
+            else:
+                check = [
+                    f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors[:10]
+                ] or "ok"
         structured_view = {"json": text[:cap], "truncated": len(text) > cap, "check": check}
     return {"blocks": blocks, "structured": structured_view, "size": len(raw), "truncated": len(raw) > cap}
 
@@ -185,7 +193,7 @@ def approve(request: HttpRequest, call_id: int) -> HttpResponse:
     else:
         extra = " and always allowed this tool" if request.POST.get("always") == "1" else ""
         messages.success(request, f"Approved call #{call.pk}{extra}.")
-    return redirect(request.POST.get("next") or "pending")
+    return redirect(safe_next(request, "pending"))
 
 
 @require_POST
@@ -199,7 +207,7 @@ def deny(request: HttpRequest, call_id: int) -> HttpResponse:
         return HttpResponse("No such call.", status=404)
     else:
         messages.success(request, f"Denied call #{call.pk}.")
-    return redirect(request.POST.get("next") or "pending")
+    return redirect(safe_next(request, "pending"))
 
 
 @require_POST

@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from hostapp.calls.policy import decide
+from hostapp.core.views import safe_next
 
 from . import actions
 from .forms import ServerForm
@@ -96,7 +97,7 @@ def server_refresh(request: HttpRequest, name: str) -> HttpResponse:
         messages.info(request, f"Refreshing {server.name}…")
     else:
         messages.warning(request, f"A refresh of {server.name} is already on its way (or no worker can be reached).")
-    return redirect(request.POST.get("next") or "servers")
+    return redirect(safe_next(request, "servers"))
 
 
 @require_POST
@@ -108,7 +109,7 @@ def server_enable(request: HttpRequest, name: str) -> HttpResponse:
     if enable:
         queue_refresh(server.name, reason="enabled")
     messages.success(request, f"{'Enabled' if enable else 'Disabled'} {server.name}.")
-    return redirect(request.POST.get("next") or "servers")
+    return redirect(safe_next(request, "servers"))
 
 
 @require_POST

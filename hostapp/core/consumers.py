@@ -51,7 +51,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return {"type": "error", "data": {"message": "call_id must be a number"}}
         try:
             if action == "approve":
-                call = actions.approve(call_id, user, always_allow=bool(content.get("always")))
+                call = actions.approve(call_id, user, always_allow=content.get("always") is True)
             else:
                 call = actions.deny(call_id, user, str(content.get("reason") or ""))
         except Call.DoesNotExist:

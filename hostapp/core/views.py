@@ -168,3 +168,16 @@ def metrics(request: HttpRequest) -> HttpResponse:
         response["WWW-Authenticate"] = 'Bearer realm="patchbay-metrics"'
         return response
     return HttpResponse(render(), content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def safe_next(request: HttpRequest, default: str) -> str:
+    """The `next` a form posted, if it stays on this site; else `default` (a URL name or path)."""
+    from django.shortcuts import resolve_url
+    from django.utils.http import url_has_allowed_host_and_scheme
+
+    candidate = request.POST.get("next") or request.GET.get("next") or ""
+    if candidate and url_has_allowed_host_and_scheme(
+        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return candidate
+    return resolve_url(default)

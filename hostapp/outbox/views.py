@@ -8,6 +8,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from hostapp.core.views import safe_next
+
 from . import actions
 from .models import Action, Attempt
 
@@ -78,7 +80,7 @@ def redrive(request: HttpRequest) -> HttpResponse:
         messages.success(request, f"Redriven: {done} action{'s' if done != 1 else ''} (same idempotency keys).")
     for message in failed:
         messages.error(request, message)
-    return redirect(request.POST.get("next") or "dead_letters")
+    return redirect(safe_next(request, "dead_letters"))
 
 
 @require_POST
@@ -96,7 +98,7 @@ def discard(request: HttpRequest) -> HttpResponse:
         messages.success(request, f"Discarded: {done} action{'s' if done != 1 else ''}.")
     for message in failed:
         messages.error(request, message)
-    return redirect(request.POST.get("next") or "dead_letters")
+    return redirect(safe_next(request, "dead_letters"))
 
 
 @require_POST
@@ -108,4 +110,4 @@ def mark_done(request: HttpRequest, action_id: int) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Marked action #{action_id} done.")
-    return redirect(request.POST.get("next") or "dead_letters")
+    return redirect(safe_next(request, "dead_letters"))
