@@ -307,9 +307,10 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         if to_create:
             Tool.objects.bulk_create(to_create, batch_size=500)
         server.tools_refreshed_at = now
+        server.last_refresh_at = now
         server.stale = False
         server.refresh_error = ""
-        server.save(update_fields=["tools_refreshed_at", "stale", "refresh_error"])
+        server.save(update_fields=["tools_refreshed_at", "last_refresh_at", "stale", "refresh_error"])
         result.tools = len(by_name)
         send_event_on_commit("catalog.changed", {"server": server.name})
         send_event_on_commit("server.changed", {"names": [server.name]})
@@ -322,7 +323,8 @@ def mark_refresh_failed(server: Server, failure: McpFailure | str) -> RefreshRes
     with transaction.atomic():
         server.stale = True
         server.refresh_error = message[:2000]
-        server.save(update_fields=["stale", "refresh_error"])
+        server.last_refresh_at = timezone.now()
+        server.save(update_fields=["stale", "refresh_error", "last_refresh_at"])
         send_event_on_commit("server.changed", {"names": [server.name]})
     return RefreshResult(server.name, ok=False, tools=server.tools.count(), error=message)
 
@@ -372,3 +374,13 @@ def set_class_override(tool: Tool, override: str) -> None:
         tool.effective_class = effective_class(tool.annotations, tool.server.trusted, override)
         tool.save(update_fields=["class_override", "effective_class"])
         send_event_on_commit("catalog.changed", {"server": tool.server.name, "tool": tool.exposed_name})
+
+
+def request_refresh(names: list[str], reason: str) -> int:
+    """Mark servers as being refreshed (for the page's progress) and queue the refreshes."""
+    from .tasks import queue_refresh
+
+    now = timezone.now()
+    Server.objects.filter(name__in=names).update(refresh_requested_at=now)
+    send_event_on_commit("server.changed", {"names": names})
+    return sum(1 for name in names if queue_refresh(name, reason=reason, countdown=0))

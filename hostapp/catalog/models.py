@@ -57,6 +57,10 @@ class Server(models.Model):
 
     # The catalog's view of the server.
     tools_refreshed_at = models.DateTimeField(null=True, blank=True)
+    # When a refresh was last asked for, and when the last one ended (well or not): the
+    # Servers page shows the progress of a "refresh all" from these.
+    refresh_requested_at = models.DateTimeField(null=True, blank=True)
+    last_refresh_at = models.DateTimeField(null=True, blank=True)
     stale = models.BooleanField(default=False, help_text="The last refresh failed; its tools are the last good ones.")
     refresh_error = models.TextField(blank=True)
 
@@ -87,6 +91,12 @@ class Server(models.Model):
     @property
     def masked_headers(self) -> dict[str, str]:
         return {k: mask_secret(v) for k, v in (self.headers or {}).items()}
+
+    @property
+    def refreshing(self) -> bool:
+        return self.refresh_requested_at is not None and (
+            self.last_refresh_at is None or self.last_refresh_at < self.refresh_requested_at
+        )
 
     @property
     def target(self) -> str:

@@ -37,8 +37,14 @@ def server_list(request: HttpRequest) -> HttpResponse:
     servers = Server.objects.annotate(
         n_tools=Count("tools"), n_quarantined=Count("tools", filter=Q(tools__status=Tool.QUARANTINED))
     ).order_by("name")
+    servers = list(servers)
+    refreshing = sum(1 for s in servers if s.refreshing)
+    batch = [s for s in servers if s.refresh_requested_at is not None]
+    latest = max((s.refresh_requested_at for s in batch), default=None)
+    in_batch = [s for s in batch if latest is not None and (latest - s.refresh_requested_at).total_seconds() < 30]
+    progress = {"done": sum(1 for s in in_batch if not s.refreshing), "total": len(in_batch)} if refreshing else None
     template = "catalog/_server_rows.html" if _fragment(request) else "catalog/servers.html"
-    return render(request, template, {"servers": servers})
+    return render(request, template, {"servers": servers, "progress": progress})
 
 
 @staff_required
@@ -93,11 +99,19 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def server_refresh(request: HttpRequest, name: str) -> HttpResponse:
     server = get_object_or_404(Server, name=name)
-    if queue_refresh(server.name, reason=f"asked by {request.user}", countdown=0):
+    if actions.request_refresh([server.name], reason=f"asked by {request.user}"):
         messages.info(request, f"Refreshing {server.name}…")
     else:
         messages.warning(request, f"A refresh of {server.name} is already on its way (or no worker can be reached).")
     return redirect(safe_next(request, "servers"))
+
+
+@require_POST
+def server_refresh_all(request: HttpRequest) -> HttpResponse:
+    names = list(Server.objects.filter(enabled=True).values_list("name", flat=True))
+    queued = actions.request_refresh(names, reason=f"refresh all, asked by {request.user}")
+    messages.info(request, f"Refreshing {queued} of {len(names)} servers…")
+    return redirect("servers")
 
 
 @require_POST
