@@ -13,6 +13,26 @@
   var rawMode = false;
   var editor = null;
 
+  // The schema comes from an MCP server: untrusted. JSON Editor keywords that render
+  // links or run templates are removed, and its text cleaning (which goes through
+  // innerHTML) is replaced: every text it shows is assigned as plain text anyway.
+  var EDITOR_KEYWORDS = ["options", "links", "headerTemplate", "template", "watch", "enumSource", "media"];
+  function scrub(node) {
+    if (Array.isArray(node)) return node.map(scrub);
+    if (node === null || typeof node !== "object") return node;
+    var out = {};
+    Object.keys(node).forEach(function (key) {
+      if (EDITOR_KEYWORDS.indexOf(key) === -1) out[key] = scrub(node[key]);
+    });
+    return out;
+  }
+  schema = scrub(schema);
+  if (window.JSONEditor) {
+    var plain = function (text) { return text == null ? "" : String(text); };
+    if (JSONEditor.AbstractTheme) JSONEditor.AbstractTheme.prototype.cleanText = plain;
+    if (JSONEditor.AbstractEditor) JSONEditor.AbstractEditor.prototype.cleanText = plain;
+  }
+
   try {
     editor = new JSONEditor(holder, {
       schema: schema,
@@ -86,7 +106,9 @@
     var args;
     try { args = currentValue(); } catch (e) { showErrors([{ path: "", message: "not valid JSON: " + e.message }]); return; }
     if (editor && !rawMode) {
-      var problems = editor.validate();
+      // Validate the value being sent (validate() alone answers from a cache that is
+      // refreshed only on the next animation frame).
+      var problems = editor.validate(args);
       if (problems.length) {
         showErrors(problems.map(function (p) { return { path: p.path.replace(/^root\.?/, "").replace(/\./g, "/"), message: p.message }; }));
         return;
