@@ -51,8 +51,9 @@ def test_a_legacy_unsolicited_list_changed_reaches_the_listener(watched_pool: Po
 
 
 def test_a_modern_server_announces_changes_on_its_listen_stream(watched_pool: Pool, recorder: Recorder) -> None:
-    config = ServerConfig("changing", "stdio", command=sys.executable, args=("tests/fixtures/changing_server.py",),
-                          cwd=str(REPO))
+    config = ServerConfig(
+        "changing", "stdio", command=sys.executable, args=("tests/fixtures/changing_server.py",), cwd=str(REPO)
+    )
     watched_pool.configure([config])
     status = watched_pool.connect("changing")
     assert status.era == "modern"
