@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -56,17 +57,24 @@ def argument_digest(arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=2048)
+def _validator(schema_json: str) -> Any:
+    """A checked, compiled validator per distinct schema (schemas change rarely; calls often)."""
+    schema = json.loads(schema_json)
+    validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator_cls.check_schema(schema)
+    return validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+
+
 def validate_arguments(schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
     """Every way `arguments` breaks `schema`, each with the path of the field it concerns."""
     if not isinstance(arguments, dict):
         return [{"path": "", "message": "arguments must be a JSON object"}]
     schema = schema or {"type": "object"}
     try:
-        validator_cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        validator_cls.check_schema(schema)
+        validator = _validator(json.dumps(schema, sort_keys=True))
     except jsonschema.SchemaError as exc:
         return [{"path": "", "message": f"the tool's input schema is invalid: {exc.message}"}]
-    validator = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
     try:
         found = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
     except jsonschema.exceptions.UnknownType as exc:
@@ -104,7 +112,7 @@ def start_call(tool_name: str, arguments: Any, requester: Requester) -> Call:
             requester_kind=requester.kind,
             requester_user=requester.user if getattr(requester.user, "pk", None) else None,
             requester_name=requester.name,
-            requester_agent=requester.agent,
+            requester_agent_id=getattr(requester.agent, "pk", None),
             server_name=tool.server.name,
             tool_name=tool.exposed_name,
             original_name=tool.original_name,

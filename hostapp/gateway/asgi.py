@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -64,18 +65,27 @@ async def _respond(send: Any, status: int, body: dict[str, Any], headers: list[t
     await send({"type": "http.response.body", "body": payload})
 
 
-def _authenticate(token: str) -> AgentInfo | None:
-    from django.db import close_old_connections
+# Token checks are cached briefly (by the token's hash): one database read per agent per
+# few seconds, not per request. A revocation takes effect within this time.
+TOKEN_CACHE_SECONDS = 5.0
+_token_cache: dict[str, tuple[float, AgentInfo | None]] = {}
 
+
+def _authenticate(token: str) -> AgentInfo | None:
+    from .models import hash_token
     from .tokens import authenticate
 
-    try:
-        agent = authenticate(token)
-        if agent is None:
-            return None
-        return AgentInfo(agent.pk, agent.name, tuple(agent.servers or ()))
-    finally:
-        close_old_connections()
+    key = hash_token(token)
+    now = time.monotonic()
+    hit = _token_cache.get(key)
+    if hit is not None and now - hit[0] < TOKEN_CACHE_SECONDS:
+        return hit[1]
+    agent = authenticate(token)
+    info = AgentInfo(agent.pk, agent.name, tuple(agent.servers or ())) if agent is not None else None
+    if len(_token_cache) > 10_000:
+        _token_cache.clear()
+    _token_cache[key] = (now, info)
+    return info
 
 
 class GatewayApp:
@@ -106,14 +116,14 @@ class GatewayApp:
         """Hear catalog changes (from any process) on the channel layer; tell the agents."""
         from channels.layers import get_channel_layer
 
-        from hostapp.core.consumers import LIVE_GROUP
+        from hostapp.core.events import CATALOG_GROUP
 
         delay = 1.0
         while True:
             layer = get_channel_layer()
             try:
                 channel = await layer.new_channel()
-                await layer.group_add(LIVE_GROUP, channel)
+                await layer.group_add(CATALOG_GROUP, channel)
                 delay = 1.0
                 while True:
                     message = await layer.receive(channel)

@@ -243,7 +243,7 @@ class Gateway:
         entry = entries.get(name)
         if entry is None or not agent.may_use(entry.server):
             return _text_result(f"Unknown tool: {name}", is_error=True)
-        requester = calls.Requester(Call.AGENT, agent.name, agent=await _agent_row(agent.pk))
+        requester = calls.Requester(Call.AGENT, agent.name, agent=_AgentRef(agent))
         try:
             call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester)
         except calls.CallError as exc:
@@ -297,7 +297,13 @@ class Gateway:
         return _text_result(json.dumps(summary), structured=summary)
 
 
-async def _agent_row(pk: int) -> Any:
-    from .models import AgentToken
+class _AgentRef:
+    """What the ledger needs of an agent (its pk, what it may reach) without reading its row again."""
 
-    return await sync_to_async(AgentToken.objects.get, thread_sensitive=False)(pk=pk)
+    def __init__(self, info: AgentInfo) -> None:
+        self.pk = info.pk
+        self.name = info.name
+        self.servers = list(info.servers)
+
+    def may_use(self, server: str) -> bool:
+        return not self.servers or server in self.servers
