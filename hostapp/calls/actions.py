@@ -90,8 +90,12 @@ def _broadcast(call: Call) -> None:
     send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
 
 
-def start_call(tool_name: str, arguments: Any, requester: Requester) -> Call:
-    """Record a call and act on the policy: run it, queue it, hold it for approval, or refuse it."""
+def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: bool = True) -> Call:
+    """Record a call and act on the policy: run it, queue it, hold it for approval, or refuse it.
+
+    With `run=False` a call the policy runs at once is left `running` for the caller to
+    deliver (the agents' endpoint awaits it on its event loop with :func:`arun_now`).
+    """
     from hostapp.outbox import actions as outbox
 
     tool = Tool.objects.select_related("server").filter(exposed_name=tool_name).first()
@@ -136,7 +140,7 @@ def start_call(tool_name: str, arguments: Any, requester: Requester) -> Call:
         if decision.kind == Call.OUTBOX:
             outbox.enqueue(call)
         _broadcast(call)
-    if decision.kind == Call.RUN:
+    if decision.kind == Call.RUN and run:
         run_now(call, tool)
     return call
 
@@ -152,6 +156,27 @@ def run_now(call: Call, tool: Tool) -> Call:
     except McpFailure as failure:
         return record_outcome(call, None, failure, time.perf_counter() - started)
     return record_outcome(call, result, result_failure(result, call.original_name), time.perf_counter() - started)
+
+
+async def arun_now(call: Call) -> Call:
+    """:func:`run_now` for async callers: the upstream call is awaited, no thread waits on it."""
+    from asgiref.sync import sync_to_async
+
+    from hostapp.catalog.pool import pool_for
+
+    tool = call.tool
+    assert tool is not None
+    pool = await sync_to_async(pool_for, thread_sensitive=False)(tool.server)
+    started = time.perf_counter()
+    result: dict[str, Any] | None = None
+    try:
+        result = await pool.acall_tool(tool.server.name, call.original_name, call.arguments)
+        failure = result_failure(result, call.original_name)
+    except McpFailure as exc:
+        failure = exc
+    return await sync_to_async(record_outcome, thread_sensitive=False)(
+        call, result, failure, time.perf_counter() - started
+    )
 
 
 def record_outcome(call: Call, result: dict[str, Any] | None, failure: McpFailure | None, seconds: float) -> Call:

@@ -245,10 +245,13 @@ class Gateway:
             return _text_result(f"Unknown tool: {name}", is_error=True)
         requester = calls.Requester(Call.AGENT, agent.name, agent=_AgentRef(agent))
         try:
-            call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester)
+            call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester, run=False)
         except calls.CallError as exc:
             details = "; ".join(f"{e['path'] or '(arguments)'}: {e['message']}" for e in exc.errors[:10])
             return _text_result(exc.message + (f" ({details})" if details else ""), is_error=True)
+        if call.decision == Call.RUN and call.status == Call.RUNNING:
+            call = await calls.arun_now(call)
+            return result_for(call)
         return await self._await(ctx, call)
 
     async def _await(self, ctx: Any, call: Call) -> types.CallToolResult:
