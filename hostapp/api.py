@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest
-from ninja import NinjaAPI, Query, Schema
+from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
@@ -113,6 +113,17 @@ class Error(Schema):
     error: str
 
 
+# Every operation may answer these (bad input, no credentials, not allowed).
+COMMON = {400: Error, 401: Error, 403: Error}
+
+
+def responses(ok: Any, status: int = 200, **extra: Any) -> dict[int, Any]:
+    out: dict[int, Any] = {status: ok, **COMMON}
+    for code in extra.get("codes", ()):
+        out[code] = Error
+    return out
+
+
 def _agent(request: HttpRequest) -> Any:
     return getattr(request, "api_agent", None)
 
@@ -152,7 +163,7 @@ def _server_out(server: Server, count: int) -> dict[str, Any]:
     return server_row(server, count)
 
 
-@api.get("/servers", response=list[ServerOut], tags=["servers"])
+@api.get("/servers", response=responses(list[ServerOut]), tags=["servers"])
 def list_servers(request: HttpRequest) -> list[dict[str, Any]]:
     from django.db.models import Count
 
@@ -171,7 +182,7 @@ def _server(request: HttpRequest, name: str) -> Server:
     return server
 
 
-@api.get("/servers/{name}", response={200: ServerOut, 404: Error}, tags=["servers"])
+@api.get("/servers/{name}", response=responses(ServerOut, codes=[404]), tags=["servers"])
 def get_server(request: HttpRequest, name: str) -> dict[str, Any]:
     server = _server(request, name)
     return _server_out(server, server.tools.count())
@@ -181,7 +192,7 @@ class Queued(Schema):
     queued: bool
 
 
-@api.post("/servers/{name}/refresh", response={202: Queued, 403: Error, 404: Error}, tags=["servers"])
+@api.post("/servers/{name}/refresh", response=responses(Queued, 202, codes=[404]), tags=["servers"])
 def refresh_server(request: HttpRequest, name: str) -> tuple[int, dict[str, bool]]:
     from hostapp.catalog.tasks import queue_refresh
 
@@ -212,11 +223,11 @@ class ToolFilters(Schema):
     status: Literal["active", "quarantined"] | None = None
     effective_class: Literal["read_only", "write", "destructive"] | None = None
     q: str | None = None
-    limit: int = 500
-    offset: int = 0
+    limit: int = Field(500, ge=1, le=1000)
+    offset: int = Field(0, ge=0, le=2**31 - 1)
 
 
-@api.get("/tools", response=list[ToolOut], tags=["tools"])
+@api.get("/tools", response=responses(list[ToolOut]), tags=["tools"])
 def list_tools(request: HttpRequest, filters: Query[ToolFilters]) -> list[dict[str, Any]]:
     from django.db.models import Q
 
@@ -241,7 +252,7 @@ def list_tools(request: HttpRequest, filters: Query[ToolFilters]) -> list[dict[s
     return [tool_row(t) for t in tools[offset : offset + limit]]
 
 
-@api.get("/tools/{name}", response={200: ToolOut, 404: Error}, tags=["tools"])
+@api.get("/tools/{name}", response=responses(ToolOut, codes=[404]), tags=["tools"])
 def get_tool(request: HttpRequest, name: str) -> dict[str, Any]:
     from hostapp.catalog.cli import tool_row
 
@@ -305,7 +316,7 @@ def _call_out(call: Call) -> dict[str, Any]:
     }
 
 
-@api.post("/calls", response={201: CallOut, 400: CallError, 404: CallError}, tags=["calls"])
+@api.post("/calls", response={201: CallOut, 400: CallError, 401: Error, 403: Error, 404: CallError}, tags=["calls"])
 def make_call(request: HttpRequest, payload: CallIn) -> tuple[int, dict[str, Any]]:
     agent = _agent(request)
     if agent is not None:
@@ -324,8 +335,8 @@ class CallFilters(Schema):
     server: str | None = None
     tool: str | None = None
     requester: str | None = None
-    limit: int = 50
-    offset: int = 0
+    limit: int = Field(50, ge=1, le=1000)
+    offset: int = Field(0, ge=0, le=2**31 - 1)
 
 
 def _calls_for(request: HttpRequest) -> Any:
@@ -336,7 +347,7 @@ def _calls_for(request: HttpRequest) -> Any:
     return calls
 
 
-@api.get("/calls", response=list[CallOut], tags=["calls"])
+@api.get("/calls", response=responses(list[CallOut]), tags=["calls"])
 def list_calls(request: HttpRequest, filters: Query[CallFilters]) -> list[dict[str, Any]]:
     calls = _calls_for(request)
     for field, column in (
@@ -353,7 +364,7 @@ def list_calls(request: HttpRequest, filters: Query[CallFilters]) -> list[dict[s
     return [_call_out(c) for c in calls[offset : offset + limit]]
 
 
-@api.get("/calls/{call_id}", response={200: CallOut, 404: Error}, tags=["calls"])
+@api.get("/calls/{call_id}", response=responses(CallOut, codes=[404]), tags=["calls"])
 def get_call(request: HttpRequest, call_id: int) -> dict[str, Any]:
     call = _calls_for(request).filter(pk=call_id).first()
     if call is None:
@@ -364,7 +375,7 @@ def get_call(request: HttpRequest, call_id: int) -> dict[str, Any]:
 # --- approvals ------------------------------------------------------------------------------------
 
 
-@api.get("/approvals", response=list[CallOut], tags=["approvals"])
+@api.get("/approvals", response=responses(list[CallOut]), tags=["approvals"])
 def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
     _user(request)
     return [_call_out(c) for c in Call.objects.filter(status=Call.WAITING).order_by("id")]
@@ -378,9 +389,7 @@ class DenyIn(Schema):
     reason: str
 
 
-@api.post(
-    "/approvals/{call_id}/approve", response={200: CallOut, 403: Error, 404: Error, 409: Error}, tags=["approvals"]
-)
+@api.post("/approvals/{call_id}/approve", response=responses(CallOut, codes=[404, 409]), tags=["approvals"])
 def approve_call(request: HttpRequest, call_id: int, payload: ApproveIn) -> Any:
     user = _require(request, "calls.approve_call")
     try:
@@ -394,7 +403,7 @@ def approve_call(request: HttpRequest, call_id: int, payload: ApproveIn) -> Any:
 
 @api.post(
     "/approvals/{call_id}/deny",
-    response={200: CallOut, 400: Error, 403: Error, 404: Error, 409: Error},
+    response=responses(CallOut, codes=[404, 409]),
     tags=["approvals"],
 )
 def deny_call(request: HttpRequest, call_id: int, payload: DenyIn) -> Any:
@@ -426,11 +435,11 @@ class ActionOut(Schema):
 
 class ActionFilters(Schema):
     status: Literal["pending", "leased", "done", "dead", "unknown", "discarded"] | None = None
-    limit: int = 100
-    offset: int = 0
+    limit: int = Field(100, ge=1, le=1000)
+    offset: int = Field(0, ge=0, le=2**31 - 1)
 
 
-@api.get("/outbox", response={200: list[ActionOut], 403: Error}, tags=["outbox"])
+@api.get("/outbox", response=responses(list[ActionOut]), tags=["outbox"])
 def list_outbox(request: HttpRequest, filters: Query[ActionFilters]) -> list[dict[str, Any]]:
     from hostapp.outbox.cli import action_row
 
@@ -460,14 +469,14 @@ def _outbox_do(request: HttpRequest, fn: Any, *args: Any) -> dict[str, Any]:
     return action_row(Action.objects.select_related("call").get(pk=action.pk))
 
 
-@api.post("/outbox/{action_id}/redrive", response={200: ActionOut, 403: Error, 404: Error, 409: Error}, tags=["outbox"])
+@api.post("/outbox/{action_id}/redrive", response=responses(ActionOut, codes=[404, 409]), tags=["outbox"])
 def redrive_action(request: HttpRequest, action_id: int) -> dict[str, Any]:
     return _outbox_do(request, outbox_actions.redrive, action_id)
 
 
 @api.post(
     "/outbox/{action_id}/discard",
-    response={200: ActionOut, 400: Error, 403: Error, 404: Error, 409: Error},
+    response=responses(ActionOut, codes=[404, 409]),
     tags=["outbox"],
 )
 def discard_action(request: HttpRequest, action_id: int, payload: DiscardIn) -> dict[str, Any]:
@@ -476,6 +485,6 @@ def discard_action(request: HttpRequest, action_id: int, payload: DiscardIn) -> 
     return _outbox_do(request, outbox_actions.discard, action_id, payload.reason)
 
 
-@api.post("/outbox/{action_id}/resolve", response={200: ActionOut, 403: Error, 404: Error, 409: Error}, tags=["outbox"])
+@api.post("/outbox/{action_id}/resolve", response=responses(ActionOut, codes=[404, 409]), tags=["outbox"])
 def resolve_action(request: HttpRequest, action_id: int) -> dict[str, Any]:
     return _outbox_do(request, outbox_actions.mark_done, action_id)
