@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest
-from ninja import Field, NinjaAPI, Query, Schema
+from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
@@ -193,12 +193,12 @@ class Queued(Schema):
 
 
 @api.post("/servers/{name}/refresh", response=responses(Queued, 202, codes=[404]), tags=["servers"])
-def refresh_server(request: HttpRequest, name: str) -> tuple[int, dict[str, bool]]:
+def refresh_server(request: HttpRequest, name: str) -> Status:
     from hostapp.catalog.tasks import queue_refresh
 
     _user(request)
     server = _server(request, name)
-    return 202, {"queued": queue_refresh(server.name, reason="asked through the API", countdown=0)}
+    return Status(202, {"queued": queue_refresh(server.name, reason="asked through the API", countdown=0)})
 
 
 # --- tools ------------------------------------------------------------------------------
@@ -317,7 +317,7 @@ def _call_out(call: Call) -> dict[str, Any]:
 
 
 @api.post("/calls", response={201: CallOut, 400: CallError, 401: Error, 403: Error, 404: CallError}, tags=["calls"])
-def make_call(request: HttpRequest, payload: CallIn) -> tuple[int, dict[str, Any]]:
+def make_call(request: HttpRequest, payload: CallIn) -> Status:
     agent = _agent(request)
     if agent is not None:
         requester = call_actions.Requester(Call.AGENT, agent.name, agent=agent)
@@ -326,8 +326,8 @@ def make_call(request: HttpRequest, payload: CallIn) -> tuple[int, dict[str, Any
     try:
         call = call_actions.start_call(payload.tool, payload.arguments, requester)
     except call_actions.CallError as exc:
-        return (404 if exc.status == 404 else 400), {"error": exc.message, "errors": exc.errors}
-    return 201, _call_out(call)
+        return Status(404 if exc.status == 404 else 400, {"error": exc.message, "errors": exc.errors})
+    return Status(201, _call_out(call))
 
 
 class CallFilters(Schema):
