@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import connection
 
 from hostapp.mcp import Pool, PoolEvent, ServerConfig
 
@@ -100,4 +100,5 @@ def _on_event(event: PoolEvent) -> None:
         elif event.kind == "tools_changed":
             tasks.queue_refresh(event.server, reason="the server announced a change")
     finally:
-        close_old_connections()
+        # Events are rare: this thread does not keep a database session open between them.
+        connection.close()

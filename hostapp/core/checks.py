@@ -37,3 +37,20 @@ def check_production(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
             )
         )
     return found
+
+
+@checks.register(checks.Tags.compatibility)
+def check_outbox_lease(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A lease shorter than a delivery lets a second worker deliver while the first still waits."""
+    lease = settings.PATCHBAY_OUTBOX_LEASE
+    needed = settings.PATCHBAY_OUTBOX_CALL_TIMEOUT + 30
+    if lease < needed:
+        return [
+            checks.Warning(
+                f"PATCHBAY_OUTBOX_LEASE ({lease}s) is shorter than a delivery can take "
+                f"(PATCHBAY_OUTBOX_CALL_TIMEOUT {settings.PATCHBAY_OUTBOX_CALL_TIMEOUT}s plus a connect).",
+                hint=f"Set PATCHBAY_OUTBOX_LEASE to at least {needed}: a repeat is safe only with idempotency keys.",
+                id="patchbay.W003",
+            )
+        ]
+    return []

@@ -141,13 +141,21 @@ class Outcome:
     error: dict[str, Any] | None = None
 
 
-def _arguments(call: Call, tool: Tool | None, key: str) -> dict[str, Any]:
+def _arguments(call: Call, tool: Tool | None, key: str) -> tuple[dict[str, Any], str]:
+    """The arguments to send and the key to send with them.
+
+    A tool that declares an idempotency argument gets the key there too. When the caller
+    already passed one, that key is the call's key (in `_meta` as well): two different
+    keys for one request would contradict each other.
+    """
     args = dict(call.arguments)
     props = ((tool.input_schema if tool else {}) or {}).get("properties") or {}
-    for name in IDEMPOTENCY_ARGUMENTS:
-        if name in props and name not in args:
-            args[name] = key
-    return args
+    declared = [name for name in IDEMPOTENCY_ARGUMENTS if name in props]
+    given = next((args[name] for name in declared if isinstance(args.get(name), str) and args[name]), None)
+    key = given or key
+    for name in declared:
+        args.setdefault(name, key)
+    return args, key
 
 
 def deliver(action_id: int, worker: str = "") -> str:
@@ -175,13 +183,14 @@ def deliver(action_id: int, worker: str = "") -> str:
         outcome = _classify(action, tool, failure)
     else:
         pool = pool_for(tool.server)
+        arguments, key = _arguments(call, tool, action.idempotency_key)
         try:
             result = pool.call_tool(
                 tool.server.name,
                 call.original_name,
-                _arguments(call, tool, action.idempotency_key),
+                arguments,
                 timeout=settings.PATCHBAY_OUTBOX_CALL_TIMEOUT,
-                meta={IDEMPOTENCY_META_KEY: action.idempotency_key},
+                meta={IDEMPOTENCY_META_KEY: key},
             )
         except McpFailure as failure:
             outcome = _classify(action, tool, failure)
@@ -283,6 +292,7 @@ def _queue_retry(action_id: int, delay: float) -> None:
 def _alert(action_id: int) -> None:
     from .tasks import send_dead_letter_alert
 
+    Action.objects.filter(pk=action_id).update(alerted=True)
     send_event_on_commit("outbox.dead_letter", {"id": action_id})
     if settings.PATCHBAY_ALERT_WEBHOOK:
         try:
@@ -334,7 +344,13 @@ def reclaim_expired_leases() -> int:
             call = action.call
             call.status = _call_status(action.status)
             call.error = error
-            call.save(update_fields=["status", "error"])
+            call.attempts = action.attempts
+            if action.status in (Action.DEAD, Action.UNKNOWN):
+                call.is_error = True
+                call.finished_at = now
+            call.save(update_fields=["status", "error", "attempts", "is_error", "finished_at"])
+            if action.status == Action.PENDING:
+                transaction.on_commit(lambda a=action.pk: _queue_delivery(a))
             CallEvent.objects.create(
                 call=call, kind="lease_expired", detail={"attempt": action.attempts, "then": action.status}
             )
@@ -399,7 +415,9 @@ def redrive(action_id: int, actor: str) -> Action:
         call = action.call
         call.status = Call.QUEUED
         call.finished_at = None
-        call.save(update_fields=["status", "finished_at"])
+        call.is_error = False
+        call.error = None
+        call.save(update_fields=["status", "finished_at", "is_error", "error"])
         CallEvent.objects.create(call=call, kind="redriven", actor=actor, detail={"key": action.idempotency_key})
         transaction.on_commit(lambda: _queue_delivery(action.pk))
         send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
@@ -452,6 +470,10 @@ def _resolve(
         if status == Action.DISCARDED:
             call.is_error = True
             call.error = {"kind": "discarded", "message": resolution}
+        else:
+            # Someone checked: it did take effect. What was unknown is no longer an error.
+            call.is_error = False
+            call.error = None
         call.save(update_fields=["status", "finished_at", "is_error", "error"])
         CallEvent.objects.create(call=call, kind=status, actor=actor, detail={"resolution": resolution})
         send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
