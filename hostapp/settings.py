@@ -235,7 +235,9 @@ def _celery_url(url: str) -> str:
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [{"address": REDIS_URL}], "prefix": "patchbay"},
+        # channels_redis blocks 5 s on a read; the socket timeout must be longer, or an
+        # idle listener (the agents' endpoint) loses its subscription every few seconds.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "prefix": "patchbay"},
     }
 }
 

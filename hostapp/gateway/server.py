@@ -21,7 +21,6 @@ import asyncio
 import json
 import logging
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +42,16 @@ AGENT_SCOPE_KEY = "patchbay.agent"
 # How long the in-memory tool list is trusted without a change event (a safety net).
 CATALOG_TTL = 30.0
 PROGRESS_EVERY = 5.0
+# 2025-era sessions not seen for this long are no longer told of changes.
+LEGACY_SESSION_IDLE = 3600.0
+LEGACY_SESSIONS_MAX = 5000
+# A call that is not finished within the wait answers with this instead of the tool's own
+# output; every advertised output schema admits it.
+DEFERRED_SCHEMA = {
+    "type": "object",
+    "properties": {"call_id": {"type": "integer"}, "status": {"type": "string"}},
+    "required": ["call_id", "status"],
+}
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,20 @@ def _status_tool() -> types.Tool:
     )
 
 
+def _with_deferred(schema: dict[str, Any]) -> dict[str, Any]:
+    """The tool's own output schema, or the "not finished yet" answer naming the call.
+
+    Definitions move to the root, where the original's `#/$defs/...` references point.
+    """
+    inner = dict(schema)
+    wrapper: dict[str, Any] = {"type": "object"}
+    for key in ("$defs", "definitions"):
+        if key in inner:
+            wrapper[key] = inner.pop(key)
+    wrapper["anyOf"] = [inner, DEFERRED_SCHEMA]
+    return wrapper
+
+
 def _load_catalog() -> dict[str, Entry]:
     from hostapp.catalog.actions import applied_annotations
     from hostapp.catalog.models import Tool
@@ -104,7 +127,7 @@ def _load_catalog() -> dict[str, Entry]:
             "annotations": annotations,
         }
         if t.output_schema:
-            fields["output_schema"] = t.output_schema
+            fields["output_schema"] = _with_deferred(t.output_schema)
         entries[t.exposed_name] = Entry(t.server.name, types.Tool(**fields))
     return entries
 
@@ -119,6 +142,12 @@ class CatalogCache:
 
     def invalidate(self) -> None:
         self._entries = None
+
+    def fingerprint(self) -> int | None:
+        """What agents see of the catalog, to tell a real change from a notice about nothing."""
+        if self._entries is None:
+            return None
+        return hash(tuple(sorted((name, e.server, e.tool.model_dump_json()) for name, e in self._entries.items())))
 
     async def entries(self) -> dict[str, Entry]:
         entries = self._entries
@@ -192,7 +221,10 @@ class Gateway:
     def __init__(self) -> None:
         self.catalog = CatalogCache()
         self.bus = InMemorySubscriptionBus()
-        self.legacy_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        # 2025-era sessions to tell of list changes, by Mcp-Session-Id, with when they were
+        # last seen. The SDK makes a session object per request; it notifies through the
+        # session's long-lived connection, so one object per session is enough.
+        self.legacy_sessions: dict[str, tuple[float, Any]] = {}
         self.server: Server[Any] = Server(
             "patchbay",
             version="0.1.0",
@@ -209,8 +241,18 @@ class Gateway:
         )
 
     def _remember(self, ctx: Any) -> None:
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.session is not None:
-            self.legacy_sessions.add(ctx.session)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or ctx.session is None:
+            return
+        request = getattr(ctx, "request", None)
+        session_id = request.headers.get("mcp-session-id") if request is not None else None
+        if session_id:
+            if len(self.legacy_sessions) > LEGACY_SESSIONS_MAX:
+                self._forget_idle(time.monotonic() - 60)
+            self.legacy_sessions[session_id] = (time.monotonic(), ctx.session)
+
+    def _forget_idle(self, before: float) -> None:
+        for key in [k for k, (seen, _) in self.legacy_sessions.items() if seen < before]:
+            del self.legacy_sessions[key]
 
     async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         agent = _agent(ctx)
@@ -221,14 +263,19 @@ class Gateway:
         return types.ListToolsResult(tools=tools)
 
     async def catalog_changed(self) -> None:
-        """Tell every connected agent that the list changed (both eras)."""
+        """Tell every connected agent that the list changed (both eras), if it did."""
+        before = self.catalog.fingerprint()
         self.catalog.invalidate()
+        after = (await self.catalog.entries(), self.catalog.fingerprint())[1]
+        if before is not None and before == after:
+            return
         await self.bus.publish(ToolsListChanged())
-        for session in list(self.legacy_sessions):
+        self._forget_idle(time.monotonic() - LEGACY_SESSION_IDLE)
+        for key, (_, session) in list(self.legacy_sessions.items()):
             try:
                 await session.send_tool_list_changed()
             except Exception:  # boundary: a gone session only misses a notice
-                self.legacy_sessions.discard(session)
+                self.legacy_sessions.pop(key, None)
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         from hostapp.calls import actions as calls
