@@ -21,14 +21,21 @@ EXPECT_TIMEOUT_MS = 20_000
 VIEWPORT = {"width": 1280, "height": 760}
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
+def _require_chromium() -> str:
     path = chromium_path()
     if path is None:
         reason = "chromium is not installed (apt-get install chromium): the browser tests need it"
         if IN_CI:
             pytest.fail(f"{reason}; CI is set, so this fails instead of skipping")
         pytest.skip(reason)
+    return path
+
+
+# Module scope, not session: while Playwright's sync API is alive it keeps an event loop
+# marked running in this thread, and every later test that starts one would fail.
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    path = _require_chromium()
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=path, args=CHROMIUM_ARGS, headless=True)
@@ -68,9 +75,8 @@ class Hosts:
 
 
 @pytest.fixture(scope="session")
-def hosts(
-    browser: Browser, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Hosts]:
+def hosts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
+    _require_chromium()
     modules = list(dict.fromkeys(i.module.__name__ for i in request.session.items if "host" in i.fixturenames))
     pool = Hosts(modules, tmp_path_factory)
     yield pool
