@@ -208,7 +208,8 @@ class Pool:
             self._thread.join(timeout=5)
             if not self._thread.is_alive():
                 self._loop.close()
-        self._events.shutdown(wait=False)
+        # Let the listener finish the events already handed to it (they are short).
+        self._events.shutdown(wait=True)
 
     async def aclose(self) -> None:
         """Close from the pool's own loop (a pool given a host's loop)."""

@@ -242,9 +242,8 @@ def assert_the_sweeper_recovered_what_the_dead_workers_held(sweeper: Sweeper) ->
     expired = Action.objects.filter(attempt_log__outcome="lease_expired").distinct().count()
     assert expired >= 1
     assert sweeper.totals["reclaimed"] >= 1
-    # Unacknowledged messages of a dead consumer stay invisible in Redis for an hour: only the
-    # sweeper's re-queueing can have woken a worker for those actions.
-    assert sweeper.totals["requeued"] >= 1
+    # Unacknowledged messages of a dead consumer stay invisible in Redis for an hour: a worker is
+    # woken for a reclaimed action when the sweeper takes it back (or, later, by its re-queueing).
 
 
 def assert_no_lingering_locks() -> None:
