@@ -258,7 +258,6 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         to_create: list[Tool] = []
         for name, definition in by_name.items():
             digest = definition_hash(definition)
-            display = _display_fields(definition)
             names = exposed[name]
             tool = current.get(name)
             if tool is None:
@@ -275,7 +274,7 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
                     status=Tool.ACTIVE if trusted_new else Tool.QUARANTINED,
                     quarantine_reason="" if trusted_new else Tool.NEW,
                     effective_class=effective_class(definition.get("annotations") or {}, server.trusted),
-                    **display,
+                    **_display_fields(definition),
                 )
                 to_create.append(tool)
                 result.added.append(names.name)
@@ -287,9 +286,11 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
                 update.update(exposed_name=names.name, name_warning=names.warning)
             if digest == tool.definition_hash and definition != tool.definition:
                 # Outside the pin (icons, _meta): keep what is shown current, nothing to review.
-                update.update(definition=definition, **display)
+                update.update(definition=definition, **_display_fields(definition))
             if digest != tool.definition_hash:
-                update.update(definition=definition, definition_hash=digest, changed_at=now, **display)
+                update.update(
+                    definition=definition, definition_hash=digest, changed_at=now, **_display_fields(definition)
+                )
                 update["effective_class"] = effective_class(
                     definition.get("annotations") or {}, server.trusted, tool.class_override
                 )

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, OutputWrapper
 
 from . import tokens
@@ -32,7 +33,7 @@ def cmd_create(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) 
     servers = [s.strip() for s in options["servers"].split(",") if s.strip()]
     try:
         agent, token = tokens.create_token(options["name"], servers)
-    except (tokens.TokenError, Exception) as exc:  # ValidationError from full_clean too
+    except (tokens.TokenError, ValidationError) as exc:
         message = "; ".join(getattr(exc, "messages", [])) or str(exc)
         raise CommandError(f"no token created: {message}") from None
     if options["json"]:
