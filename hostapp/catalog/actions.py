@@ -313,7 +313,9 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         server.refresh_error = ""
         server.save(update_fields=["tools_refreshed_at", "last_refresh_at", "stale", "refresh_error"])
         result.tools = len(by_name)
-        send_event_on_commit("catalog.changed", {"server": server.name})
+        if result.added or result.changed or result.removed or moving:
+            # Open catalog pages (and agents) hear of a refresh only when it changed something.
+            send_event_on_commit("catalog.changed", {"server": server.name})
         send_event_on_commit("server.changed", {"names": [server.name]})
     return result
 
