@@ -158,11 +158,17 @@ def drain_with_kills(
     def done() -> int:
         return Action.objects.filter(status=Action.DONE).count()
 
-    def progress(worker: Worker, at_least: int) -> None:
-        """Wait until `worker` completed `at_least` more actions and is delivering one right now."""
+    def progress(worker: Worker, at_least: int, or_exit: bool = False) -> None:
+        """Wait until `worker` completed `at_least` more actions and is delivering one right now
+        (or, with `or_exit`, until it exits)."""
         target = min(ACTIONS - 1, done() + at_least)
         wait_until(
-            sweeper.while_waiting(lambda: done() >= target and Action.objects.filter(status=Action.LEASED).exists()),
+            sweeper.while_waiting(
+                lambda: (
+                    (or_exit and worker.proc.poll() is not None)
+                    or (done() >= target and Action.objects.filter(status=Action.LEASED).exists())
+                )
+            ),
             timeout=remaining(),
             interval=0.05,
             what=f"worker {worker.number} to make progress ({status_counts()})\n{worker.output()[-3000:]}",
@@ -186,7 +192,14 @@ def drain_with_kills(
                 )
                 own_redis.start()
                 # The same worker reconnects and goes on (new calls, and the sweeper's re-queues).
-                progress(worker, PROGRESS_PER_LIFE)
+                progress(worker, PROGRESS_PER_LIFE, or_exit=True)
+                if worker.proc.poll() is not None:
+                    # Celery can also give up when the broker comes back (kombu fails while
+                    # closing the dead connection, and the worker exits): its supervisor
+                    # (`manage.py run`, compose's restart policy) starts it again; so does this.
+                    worker = Worker(life + 100, tmp_path, redis_url)
+                    workers.append(worker)
+                    progress(worker, PROGRESS_PER_LIFE)
             worker.kill()
         final = workers[-1]
         enqueuer.join(timeout=remaining())
