@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -76,22 +77,23 @@ except OSError as exc:
     )
 
 
-def _secret_from_file(path: Path, nbytes: int = 50) -> str:
+def _secret_from_file(path: Path, nbytes: int = 50, instead: str = "SECRET_KEY", make: Any = None) -> str:
     """Read a secret kept in the data directory, creating it (mode 0600) on first use."""
+    hint = f"Set {instead} instead."
     try:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
     except OSError as exc:
-        CONFIG_ERRORS.append(("patchbay.E004", f"{path} cannot be read: {exc.strerror}.", "Set SECRET_KEY instead."))
-        return secrets.token_urlsafe(nbytes)
-    value = secrets.token_urlsafe(nbytes)
+        CONFIG_ERRORS.append(("patchbay.E004", f"{path} cannot be read: {exc.strerror}.", hint))
+        return make() if make else secrets.token_urlsafe(nbytes)
+    value = make() if make else secrets.token_urlsafe(nbytes)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another process created it first
         return path.read_text().strip()
     except OSError as exc:
-        CONFIG_ERRORS.append(("patchbay.E004", f"{path} cannot be written: {exc.strerror}.", "Set SECRET_KEY instead."))
+        CONFIG_ERRORS.append(("patchbay.E004", f"{path} cannot be written: {exc.strerror}.", hint))
         return value
     with os.fdopen(fd, "w") as fh:
         fh.write(value + "\n")
@@ -99,6 +101,51 @@ def _secret_from_file(path: Path, nbytes: int = 50) -> str:
 
 
 SECRET_KEY = env_str("SECRET_KEY") or _secret_from_file(DATA_DIR / "secret_key")
+
+
+def _encryption_keys() -> list[str]:
+    """Keys for secrets at rest (server env and headers, OAuth tokens and client secrets).
+
+    PATCHBAY_ENCRYPTION_KEY holds one Fernet key, or several separated by commas: the first
+    encrypts, every one decrypts (rotation: put the new key first, run `manage.py mcp
+    secrets rotate`, then drop the old one). Unset, a key is generated once into the data
+    directory."""
+    from cryptography.fernet import Fernet
+
+    raw = env_list("PATCHBAY_ENCRYPTION_KEY", [])
+    if not raw:
+        raw = [
+            _secret_from_file(
+                DATA_DIR / "encryption_key",
+                instead="PATCHBAY_ENCRYPTION_KEY",
+                make=lambda: Fernet.generate_key().decode(),
+            )
+        ]
+    good = []
+    for position, key in enumerate(raw, 1):
+        try:
+            Fernet(key.encode())
+        except (ValueError, TypeError):
+            CONFIG_ERRORS.append(
+                (
+                    "patchbay.E006",
+                    f"PATCHBAY_ENCRYPTION_KEY: key {position} is not a Fernet key.",
+                    "A key is 32 random bytes in URL-safe base64 (44 characters); "
+                    "make one with `manage.py mcp secrets new-key`.",
+                )
+            )
+        else:
+            good.append(key)
+    return good
+
+
+PATCHBAY_ENCRYPTION_KEYS = _encryption_keys()
+
+# Where people and OAuth authorization servers reach this host (the OAuth callback is
+# <this>/oauth/callback/). Unset, the callback follows the address the browser used.
+PATCHBAY_PUBLIC_URL = env_str("PATCHBAY_PUBLIC_URL", "")
+# OAuth access tokens are refreshed this many seconds before they expire.
+PATCHBAY_OAUTH_REFRESH_MARGIN = env_int("PATCHBAY_OAUTH_REFRESH_MARGIN", 60, minimum=0)
 DEBUG = env_bool("PATCHBAY_DEBUG", env_bool("DEBUG", False))
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -119,6 +166,7 @@ INSTALLED_APPS = [
     "hostapp.calls",
     "hostapp.outbox",
     "hostapp.gateway",
+    "hostapp.oauth",
 ]
 
 MIDDLEWARE = [

@@ -13,4 +13,5 @@ urlpatterns = [
     path("", include("hostapp.calls.urls")),
     path("", include("hostapp.outbox.urls")),
     path("", include("hostapp.gateway.urls")),
+    path("", include("hostapp.oauth.urls")),
 ]

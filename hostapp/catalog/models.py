@@ -4,9 +4,11 @@ import hashlib
 import json
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.validators import RegexValidator
 from django.db import models
 
+from hostapp.core.crypto import EncryptedJSONField, EncryptedTextField
 from hostapp.mcp.config import NAME_RE, ServerConfig
 
 READ_ONLY = "read_only"
@@ -36,17 +38,23 @@ class Server(models.Model):
     transport = models.CharField(max_length=8, choices=TRANSPORTS, default=STDIO)
     command = models.CharField(max_length=500, blank=True)
     args = models.JSONField(default=list, blank=True)
-    env = models.JSONField(default=dict, blank=True)
+    env = EncryptedJSONField(default=dict)  # secrets: encrypted at rest
     cwd = models.CharField(max_length=500, blank=True)
     url = models.URLField(max_length=500, blank=True)
-    headers = models.JSONField(default=dict, blank=True)
+    headers = EncryptedJSONField(default=dict)
+    # A pre-registered OAuth client (else the host registers itself with the server).
+    oauth_client_id = models.CharField("OAuth client id", max_length=500, blank=True)
+    oauth_client_secret = EncryptedTextField("OAuth client secret", blank=True)
+    oauth_scope = models.CharField(
+        "OAuth scope", max_length=500, blank=True, help_text="Scopes to ask for, space-separated."
+    )
     trusted = models.BooleanField(default=False, help_text="Believe its tool annotations.")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     config_changed_at = models.DateTimeField(auto_now_add=True)
 
     # What the pool last reported (from whichever process saw it last).
-    state = models.CharField(max_length=16, default="idle")
+    state = models.CharField(max_length=24, default="idle")
     state_at = models.DateTimeField(null=True, blank=True)
     protocol_version = models.CharField(max_length=20, blank=True)
     server_info = models.JSONField(default=dict, blank=True)
@@ -82,7 +90,28 @@ class Server(models.Model):
             headers=dict(self.headers or {}),
             trusted=self.trusted,
             enabled=self.enabled,
+            oauth_client_id=self.oauth_client_id,
+            oauth_client_secret=self.oauth_client_secret or "",
+            oauth_scope=self.oauth_scope,
+            auth_stamp=self.auth_stamp,
         )
+
+    @property
+    def needs_authorization(self) -> bool:
+        """The server refuses the host until a person connects it (OAuth)."""
+        if self.state == "needs-authorization":
+            return True
+        try:
+            return self.credential.status == "needs_authorization"
+        except ObjectDoesNotExist:
+            return False
+
+    @property
+    def auth_stamp(self) -> str:
+        try:
+            return self.credential.stamp
+        except ObjectDoesNotExist:
+            return ""
 
     @property
     def masked_env(self) -> dict[str, str]:

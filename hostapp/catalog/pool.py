@@ -45,7 +45,9 @@ def get_pool() -> Pool:
     with _lock:
         if _pool is None:
             _prefer_our_python()
-            _pool = Pool(listener=_on_event)
+            from hostapp.oauth.store import auth_for
+
+            _pool = Pool(listener=_on_event, auth_factory=auth_for)
             atexit.register(close_pool)
         return _pool
 

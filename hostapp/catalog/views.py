@@ -34,9 +34,13 @@ def _fragment(request: HttpRequest) -> bool:
 
 
 def server_list(request: HttpRequest) -> HttpResponse:
-    servers = Server.objects.annotate(
-        n_tools=Count("tools"), n_quarantined=Count("tools", filter=Q(tools__status=Tool.QUARANTINED))
-    ).order_by("name")
+    servers = (
+        Server.objects.annotate(
+            n_tools=Count("tools"), n_quarantined=Count("tools", filter=Q(tools__status=Tool.QUARANTINED))
+        )
+        .select_related("credential")
+        .order_by("name")
+    )
     servers = list(servers)
     refreshing = sum(1 for s in servers if s.refreshing)
     batch = [s for s in servers if s.refresh_requested_at is not None]
@@ -93,7 +97,12 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     else:
         form = ServerForm(instance=server)
     tools = server.tools.order_by("exposed_name")
-    return render(request, "catalog/server.html", {"server": server, "form": form, "tools": tools})
+    from hostapp.oauth.models import Credential
+
+    credential = Credential.objects.filter(server=server).first()
+    return render(
+        request, "catalog/server.html", {"server": server, "form": form, "tools": tools, "credential": credential}
+    )
 
 
 @require_POST

@@ -3,8 +3,9 @@
 The format is the one Claude Desktop, Cursor and VS Code share: a stdio server has
 ``command``, ``args``, ``env`` and ``cwd``; an HTTP server has ``url`` and ``headers``
 (VS Code's ``type`` of ``"http"`` or ``"sse"`` picks the transport, and a URL ending in
-``/sse`` means the deprecated HTTP+SSE transport). ``trusted`` and ``enabled`` are
-Patchbay's own extras.
+``/sse`` means the deprecated HTTP+SSE transport). ``trusted``, ``enabled`` and ``oauth``
+(a pre-registered OAuth client: ``clientId``, ``clientSecret``, ``scope``) are Patchbay's
+own extras.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
-KNOWN_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "trusted", "enabled"}
+KNOWN_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "trusted", "enabled", "oauth"}
+OAUTH_KEYS = {"clientId", "clientSecret", "scope"}
 
 
 class ConfigError(ValueError):
@@ -45,6 +47,13 @@ class ServerConfig:
     headers: dict[str, str] = field(default_factory=dict)
     trusted: bool = False
     enabled: bool = True
+    # A pre-registered OAuth client for an HTTP server (otherwise the host registers itself).
+    oauth_client_id: str = ""
+    oauth_client_secret: str = ""
+    oauth_scope: str = ""
+    # Changes when a person connects or disconnects the server's OAuth: a running
+    # connection is then restarted with the new credentials.
+    auth_stamp: str = ""
     # Host limits, not part of the mcpServers format.
     call_timeout: float = 60.0
     connect_timeout: float = 30.0
@@ -61,6 +70,10 @@ class ServerConfig:
             self.url,
             tuple(sorted(self.headers.items())),
             self.max_message_bytes,
+            self.oauth_client_id,
+            self.oauth_client_secret,
+            self.oauth_scope,
+            self.auth_stamp,
         )
 
     def to_entry(self) -> dict[str, Any]:
@@ -86,6 +99,13 @@ class ServerConfig:
             entry["trusted"] = True
         if not self.enabled:
             entry["enabled"] = False
+        if self.oauth_client_id or self.oauth_scope:
+            oauth = {"clientId": self.oauth_client_id} if self.oauth_client_id else {}
+            if self.oauth_client_secret:
+                oauth["clientSecret"] = self.oauth_client_secret
+            if self.oauth_scope:
+                oauth["scope"] = self.oauth_scope
+            entry["oauth"] = oauth
         return entry
 
 
@@ -170,6 +190,8 @@ def parse_entry(name: str, raw: Any, **limits: Any) -> ServerConfig:
             raise ConfigError(name, "cwd", "must be a non-empty string")
         if "headers" in raw:
             raise ConfigError(name, "headers", "only HTTP servers take headers")
+        if "oauth" in raw:
+            raise ConfigError(name, "oauth", "only HTTP servers take OAuth settings")
         return ServerConfig(
             name=name,
             transport="stdio",
@@ -191,6 +213,7 @@ def parse_entry(name: str, raw: Any, **limits: Any) -> ServerConfig:
         if key in raw:
             raise ConfigError(name, key, "only stdio servers take it")
     transport: Transport = "sse" if kind == "sse" or (kind is None and _looks_like_sse(url)) else "http"
+    oauth = _oauth(name, raw.get("oauth"))
     return ServerConfig(
         name=name,
         transport=transport,
@@ -198,8 +221,27 @@ def parse_entry(name: str, raw: Any, **limits: Any) -> ServerConfig:
         headers=_str_map(name, "headers", raw.get("headers"), _HEADER_NAME_RE),
         trusted=trusted,
         enabled=enabled,
+        oauth_client_id=oauth.get("clientId", ""),
+        oauth_client_secret=oauth.get("clientSecret", ""),
+        oauth_scope=oauth.get("scope", ""),
         **limits,
     )
+
+
+def _oauth(entry: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(entry, "oauth", "must be an object with clientId, clientSecret and scope")
+    unknown = sorted(set(value) - OAUTH_KEYS)
+    if unknown:
+        raise ConfigError(entry, f"oauth.{unknown[0]}", "is not a known field (expected clientId, clientSecret, scope)")
+    for key, item in value.items():
+        if not isinstance(item, str) or any(c in item for c in "\x00\r\n"):
+            raise ConfigError(entry, f"oauth.{key}", "must be a single-line string")
+    if value.get("clientSecret") and not value.get("clientId"):
+        raise ConfigError(entry, "oauth.clientId", "is required with a clientSecret")
+    return dict(value)
 
 
 def parse_document(doc: Any) -> list[ServerConfig]:

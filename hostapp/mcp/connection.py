@@ -82,8 +82,11 @@ class Connection:
         config: ServerConfig,
         *,
         on_tools_changed: Callable[[], Awaitable[None]] | None = None,
+        auth: httpx2.Auth | None = None,
     ) -> None:
         self.config = config
+        # For HTTP servers behind OAuth: an `oauth.HostOAuth` (or any httpx2.Auth).
+        self.auth = auth
         self.diagnostics = StdioDiagnostics()
         self.facts = ServerFacts()
         self.client: Client | None = None
@@ -115,7 +118,7 @@ class Connection:
         def factory(headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
             return make_http_client(headers, max_body_bytes=cfg.max_message_bytes, auth=auth)
 
-        return sse_client(cfg.url, headers=dict(cfg.headers), httpx_client_factory=factory)
+        return sse_client(cfg.url, headers=dict(cfg.headers), httpx_client_factory=factory, auth=self.auth)
 
     @asynccontextmanager
     async def _watched(self) -> AsyncIterator[Any]:
@@ -132,7 +135,7 @@ class Connection:
         """Connect and negotiate; every resource goes on `stack` (the keeper's)."""
         cfg = self.config
         if cfg.transport == "http":
-            self._http = make_http_client(dict(cfg.headers), max_body_bytes=cfg.max_message_bytes)
+            self._http = make_http_client(dict(cfg.headers), max_body_bytes=cfg.max_message_bytes, auth=self.auth)
             stack.push_async_callback(self._http.aclose)
         client = Client(
             self._watched(),
@@ -208,6 +211,8 @@ class Connection:
                 reason=f"http_{status}",
                 http_status=status,
             )
+        if trace.auth_status is not None and self.authorization_needed() is not None:
+            return self.authorization_needed()  # type: ignore[return-value]
         if trace.auth_status is not None:
             return errors.transport_error(
                 f"HTTP {trace.auth_status} from {self.config.url}: not authorized",
@@ -233,6 +238,18 @@ class Connection:
                 )
             return errors.transport_error(f"handshake failed: {exc.error.message}", reason="handshake_failed")
         return errors.transport_error(f"cannot connect: {type(exc).__name__}: {exc}", reason="connect_failed")
+
+    def authorization_needed(self) -> McpFailure | None:
+        """The failure to report when the server's OAuth wants a person (see `oauth`)."""
+        challenge = getattr(self.auth, "challenge", None)
+        if challenge is None:
+            return None
+        return errors.transport_error(
+            f"{self.config.url}: {challenge.describe()}; connect it again from the Servers page",
+            transient=False,
+            reason="needs_authorization",
+            http_status=challenge.status,
+        )
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
@@ -429,6 +446,9 @@ class Connection:
                     )
                 )
             if status in (401, 403):
+                needed = self.authorization_needed()
+                if needed is not None:
+                    return self._fail_call(needed)
                 return self._fail_call(
                     errors.transport_error(
                         f"HTTP {status}: not authorized", transient=False, reason=f"http_{status}", http_status=status

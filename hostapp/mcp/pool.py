@@ -55,7 +55,9 @@ DEGRADED = "degraded"
 FAILING = "failing"
 CRASH_LOOPING = "crash-looping"
 DISABLED = "disabled"
-STATES = (IDLE, CONNECTING, READY, DEGRADED, FAILING, CRASH_LOOPING, DISABLED)
+# An HTTP server behind OAuth with no usable credentials: waits for a person to connect it.
+NEEDS_AUTHORIZATION = "needs-authorization"
+STATES = (IDLE, CONNECTING, READY, DEGRADED, FAILING, CRASH_LOOPING, DISABLED, NEEDS_AUTHORIZATION)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ class PoolPolicy:
     slow_probe: float = 2.0
     # Consecutive lost requests on a live connection that mark it degraded.
     lost_requests_degrade: int = 2
+    # A server that needs authorization is tried again this often (a person may have
+    # connected it from another process).
+    authorization_retry: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -142,9 +147,12 @@ class Pool:
         policy: PoolPolicy | None = None,
         listener: Callable[[PoolEvent], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        auth_factory: Callable[[ServerConfig], Any] | None = None,
     ) -> None:
         self.policy = policy or PoolPolicy()
         self.listener = listener
+        # HTTP servers: an httpx2.Auth per connection (the host's OAuth), or None.
+        self.auth_factory = auth_factory
         self._slots: dict[str, _Slot] = {}
         self._events = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-pool-events")
         self._closed = False
@@ -315,7 +323,7 @@ class Pool:
             connected_since=slot.connected_since,
             restarts=slot.restarts,
             next_attempt_in=max(0.0, wake_at - now)
-            if wake_at is not None and slot.state in (FAILING, CRASH_LOOPING)
+            if wake_at is not None and slot.state in (FAILING, CRASH_LOOPING, NEEDS_AUTHORIZATION)
             else None,
             last_probe_ms=slot.last_probe_ms,
             noise_lines=diag.noise_lines if diag is not None else 0,
@@ -373,7 +381,8 @@ class Pool:
             slot.restart_requested = False
             slot.next_attempt_at = None
             self._set_state(slot, CONNECTING)
-            conn = Connection(slot.config, on_tools_changed=lambda s=slot: self._tools_changed(s))
+            auth = self.auth_factory(slot.config) if self.auth_factory and slot.config.transport != "stdio" else None
+            conn = Connection(slot.config, on_tools_changed=lambda s=slot: self._tools_changed(s), auth=auth)
             failure: McpFailure | None = None
             try:
                 async with AsyncExitStack() as stack:
@@ -414,6 +423,13 @@ class Pool:
                 failure.stderr_tail = list(slot.stderr_tail)
             slot.last_error = failure
             slot.connected_since = None
+            if failure.reason == "needs_authorization":
+                # Not a crash: nothing changes until someone connects it (a config change
+                # wakes the keeper); an occasional retry notices a connection made elsewhere.
+                slot.next_attempt_at = time.monotonic() + policy.authorization_retry
+                self._set_state(slot, NEEDS_AUTHORIZATION)
+                await self._wait_wake(slot, policy.authorization_retry)
+                continue
             slot.restarts += 1
             slot.consecutive += 1
             now = time.monotonic()
@@ -485,6 +501,8 @@ class Pool:
                 )
                 failure.stderr_tail = list(slot.stderr_tail)
                 raise failure
+            if slot.state == NEEDS_AUTHORIZATION and slot.last_error is not None:
+                raise dataclasses.replace(slot.last_error, server=name)
             permanent = slot.last_error is not None and not slot.last_error.transient
             if slot.state == FAILING and (
                 permanent or (slot.next_attempt_at is not None and slot.next_attempt_at > deadline)

@@ -35,6 +35,8 @@ PUBLIC = {
     "admin:login": "the admin's login page",
     "healthz": "liveness probe for the orchestrator; says only 'ok'",
     "readyz": "readiness probe; names failing dependencies, never their addresses",
+    "oauth_client_metadata": "the host's OAuth client metadata document, read by authorization servers; "
+    "public by design, names no secret (404 unless the host is public over HTTPS)",
 }
 # Answers 404 to everyone (the API's docs page is turned off), so there is nothing to guard.
 NOT_FOUND_FOR_ALL = {"api:api-root"}

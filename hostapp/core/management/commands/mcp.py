@@ -12,7 +12,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-CLI_MODULES = ("hostapp.catalog.cli", "hostapp.calls.cli", "hostapp.outbox.cli", "hostapp.gateway.cli")
+CLI_MODULES = (
+    "hostapp.catalog.cli",
+    "hostapp.calls.cli",
+    "hostapp.outbox.cli",
+    "hostapp.gateway.cli",
+    "hostapp.oauth.cli",
+)
 
 
 class Command(BaseCommand):
