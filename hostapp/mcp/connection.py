@@ -239,10 +239,11 @@ class Connection:
             return errors.transport_error(f"handshake failed: {exc.error.message}", reason="handshake_failed")
         return errors.transport_error(f"cannot connect: {type(exc).__name__}: {exc}", reason="connect_failed")
 
-    def authorization_needed(self) -> McpFailure | None:
-        """The failure to report when the server's OAuth wants a person (see `oauth`)."""
+    def authorization_needed(self, since: float | None = None) -> McpFailure | None:
+        """The failure to report when the server's OAuth wants a person (see `oauth`):
+        the auth's last challenge, if there is one (and it came after `since`)."""
         challenge = getattr(self.auth, "challenge", None)
-        if challenge is None:
+        if challenge is None or (since is not None and challenge.at < since):
             return None
         return errors.transport_error(
             f"{self.config.url}: {challenge.describe()}; connect it again from the Servers page",
@@ -356,11 +357,17 @@ class Connection:
         trace = CallTrace()
         token = current_trace.set(trace)
         was_closed = self.closed.is_set()
+        started = time.monotonic()
         try:
             return await send()
         except MCPError as exc:
             if exc.error.code == errors.SDK_CONNECTION_CLOSED:
                 await self._settle()
+            needed = self.authorization_needed(since=started)
+            if needed is not None:
+                # The server refused this request for want of authorization (the auth's
+                # own token requests may be what the trace saw last).
+                raise self._fail_call(needed) from None
             raise self._classify(exc, trace, was_closed, timeout) from None
         except ValidationError as exc:
             first = exc.errors()[0]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx2
@@ -56,12 +56,17 @@ class Challenge:
     status: int
     error: str | None = None
     scope: str | None = None
+    token_sent: bool = False
+    refresh_failed: bool = False
+    at: float = field(default_factory=time.monotonic)
 
     def describe(self) -> str:
         if self.status == 403 and self.error == "insufficient_scope":
             wanted = f" ({self.scope})" if self.scope else ""
             return f"the server asks for more permissions{wanted}"
-        if self.error == "invalid_token":
+        if self.refresh_failed:
+            return "the token expired and could not be refreshed"
+        if self.token_sent:
             return "the server no longer accepts the token"
         return f"the server requires authorization (HTTP {self.status})"
 
@@ -193,11 +198,11 @@ class HostOAuth(OAuthClientProvider):
             if not self._initialized:
                 await self._initialize()
             self.context.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
-            refreshed = False
+            refreshed = refresh_failed = False
             if not self.context.is_token_valid() and self.context.can_refresh_token():
                 refreshed = True
                 response = yield await self._refresh_token()
-                await self._after_refresh(response)
+                refresh_failed = not await self._after_refresh(response)
             if self.context.is_token_valid():
                 self._add_auth_header(request)
             response = yield request
@@ -207,9 +212,17 @@ class HostOAuth(OAuthClientProvider):
                 if await self._after_refresh(refresh_response):
                     self._add_auth_header(request)
                     response = yield request
+                else:
+                    refresh_failed = True
             error = extract_field_from_www_auth(response, "error")
             if response.status_code == 401 or (response.status_code == 403 and error == "insufficient_scope"):
-                self.challenge = Challenge(response.status_code, error, extract_scope_from_www_auth(response))
+                self.challenge = Challenge(
+                    response.status_code,
+                    error,
+                    extract_scope_from_www_auth(response),
+                    token_sent="authorization" in request.headers,
+                    refresh_failed=refresh_failed,
+                )
                 await self.store.needs_authorization(self.challenge)
 
     async def _after_refresh(self, response: httpx2.Response) -> bool:

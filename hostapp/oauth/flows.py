@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 import httpx2
 from django.db import transaction
 from django.utils import timezone
+from mcp.client.auth.exceptions import OAuthFlowError
 from mcp.client.auth.utils import union_scopes
 from mcp.shared.auth import AuthorizationCodeResult
 
@@ -83,11 +84,27 @@ def _run(flow_pk: int, ready: threading.Event) -> None:
 
 
 def _describe(exc: BaseException) -> str:
+    """What went wrong, for the page: the OAuth reason when there is one (a refused consent,
+    a failed registration or token exchange) rather than the 401 it led to."""
+    reason = _oauth_reason(exc, set())
+    if reason:
+        return reason
     if isinstance(exc, McpFailure):
         return exc.message
-    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return _describe(exc.exceptions[0])
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _oauth_reason(exc: BaseException | None, seen: set[int]) -> str:
+    if exc is None or id(exc) in seen:
+        return ""
+    seen.add(id(exc))
+    if isinstance(exc, ConnectError | OAuthFlowError):
+        return str(exc) or type(exc).__name__
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if found := _oauth_reason(inner, seen):
+                return found
+    return _oauth_reason(exc.__cause__, seen) or _oauth_reason(exc.__context__, seen)
 
 
 async def _connect(flow_pk: int, ready: threading.Event) -> None:

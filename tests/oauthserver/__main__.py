@@ -1,0 +1,3 @@
+from tests.oauthserver.server import main
+
+main()
