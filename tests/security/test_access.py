@@ -9,7 +9,6 @@ listed here; only the few public ones are named, each with its reason.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,7 +40,6 @@ PUBLIC = {
 # Answers 404 to everyone (the API's docs page is turned off), so there is nothing to guard.
 NOT_FOUND_FOR_ALL = {"api:api-root"}
 
-ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
 
 
 def named_routes() -> Iterator[tuple[str, URLPattern]]:
@@ -453,13 +451,9 @@ async def _refused(comm: WebsocketCommunicator) -> bool:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.anyio
 class TestLiveSocket:
-    # On PostgreSQL these two hang in CI (300 s timeout, then the anyio runner is closed); on
-    # SQLite they pass. Not understood yet: skipped there until it is (see the closing note).
-    @pytest.mark.skipif(ON_POSTGRES, reason="hangs on PostgreSQL in the full suite; under investigation")
     async def test_it_refuses_an_anonymous_socket(self, anyio_backend: str) -> None:
         assert await _refused(await _socket(None))
 
-    @pytest.mark.skipif(ON_POSTGRES, reason="hangs on PostgreSQL in the full suite; under investigation")
     async def test_it_refuses_an_agent_token_in_place_of_a_session(
         self, anyio_backend: str, agent_token: tuple[Any, str]
     ) -> None:
