@@ -12,8 +12,17 @@ Exit status: 0 when the scenario's steps all succeeded, 1 when one failed, 2 on 
 error (no URL, unknown scenario). Logs go to stderr; the suite keeps them per scenario
 with ``-o DIR``.
 
-Scenarios the host deliberately does not serve (OAuth, server-to-client elicitation) are
-still attempted the way the host would: connect and use the server. They fail, and the
+The ``auth/*`` scenarios (all authorization code flows) run the host's OAuth client,
+``hostapp.mcp.oauth.HostOAuth`` in interactive mode, on the pool's connection: the
+pool's ``auth_factory`` hands each connection a provider over one in-memory credential
+store, and ``headless_authorize`` plays the person at the consent page (the suite's
+authorization servers redirect back at once). Pre-registered client credentials come
+from ``MCP_CONFORMANCE_CONTEXT``. In the scenarios whose server misbehaves (a foreign
+``resource``, a wrong ``iss``...) the client refuses to go on and exits 1, which is what
+they check.
+
+Scenarios the host deliberately does not serve (server-to-client elicitation) are still
+attempted the way the host would: connect and use the server. They fail, and the
 baselines next to this file (``baseline-*.yml``) say why.
 
 No Django: the layer is imported without running ``hostapp/__init__.py`` (which loads
@@ -31,6 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,12 +54,14 @@ def _import_layer() -> Any:
         stub.__path__ = [str(ROOT / "hostapp")]
         sys.modules["hostapp"] = stub
     import hostapp.mcp as layer
+    import hostapp.mcp.oauth  # noqa: F401  (the host's OAuth client: layer.oauth)
 
     return layer
 
 
 layer = _import_layer()
 McpFailure = layer.McpFailure
+oauth = layer.oauth
 
 logger = logging.getLogger("conformance-client")
 
@@ -71,8 +84,8 @@ class ScenarioFailed(Exception):
 class Session:
     """The pool with the one server configured, plus the calls the scenarios make."""
 
-    def __init__(self, url: str) -> None:
-        self.pool = layer.Pool(POLICY)
+    def __init__(self, url: str, auth_factory: Callable[[Any], Any] | None = None) -> None:
+        self.pool = layer.Pool(POLICY, auth_factory=auth_factory)
         self.pool.configure(
             [layer.ServerConfig(SERVER, "http", url=url, connect_timeout=CONNECT_TIMEOUT, call_timeout=CALL_TIMEOUT)]
         )
@@ -232,8 +245,125 @@ def _stub_arguments(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# -- OAuth -------------------------------------------------------------------------------
+#
+# Every auth/* scenario the suites run is the authorization code flow a person starts with
+# Connect: the host's OAuth client (`hostapp.mcp.oauth.HostOAuth`, interactive) on the
+# pool's connection, with an in-memory credential store. The suite's authorization servers
+# consent at once, so the "browser" is `headless_authorize`, which follows the
+# authorization URL and reads the code off the redirect back to REDIRECT_URI (nothing
+# listens there).
+
+REDIRECT_URI = "http://localhost:3000/callback"
+# The Client ID Metadata Document URL the suite expects as client_id (auth/basic-cimd).
+# It is a constant of the suite's code in both versions, not passed in the context.
+CIMD_URL = "https://conformance-test.local/client-metadata.json"
+
+
+class MemoryStore:
+    """`hostapp.mcp.oauth.CredentialStore` in memory, for one scenario."""
+
+    def __init__(self, client_info: OAuthClientInformationFull | None = None) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client_info = client_info
+        self.state: dict[str, Any] = {}
+        self.challenges: list[Any] = []
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
+
+    async def get_state(self) -> dict[str, Any]:
+        return dict(self.state)
+
+    async def set_state(self, state: dict[str, Any]) -> None:
+        self.state = dict(state)
+
+    async def needs_authorization(self, challenge: Any) -> None:
+        logger.info("needs authorization: %s", challenge.describe())
+        self.challenges.append(challenge)
+
+
+class HeadlessBrowser:
+    """The redirect and callback handlers: the person who consents at once."""
+
+    def __init__(self, redirect_uri: str) -> None:
+        self.redirect_uri = redirect_uri
+        self.authorizations = 0
+        self._result: AuthorizationCodeResult | None = None
+
+    async def redirect(self, authorization_url: str) -> None:
+        self.authorizations += 1
+        logger.info("authorization %d: %s", self.authorizations, authorization_url)
+        async with httpx2.AsyncClient(timeout=CALL_TIMEOUT) as http:
+            self._result = await oauth.headless_authorize(http, authorization_url, self.redirect_uri)
+
+    async def callback(self) -> AuthorizationCodeResult:
+        result, self._result = self._result, None
+        if result is None:
+            raise RuntimeError("the authorization server sent no authorization response")
+        return result
+
+
+class OAuthSetup:
+    """What the host's Connect would build for the scenario's server."""
+
+    def __init__(self, ctx: dict[str, Any]) -> None:
+        self.store = MemoryStore(_pre_registered(ctx))
+        self.browser = HeadlessBrowser(REDIRECT_URI)
+
+    def client_metadata(self) -> OAuthClientMetadata:
+        # As the host registers itself (hostapp.oauth.store.client_metadata): a public
+        # client that refreshes its tokens.
+        return OAuthClientMetadata(
+            client_name="Patchbay conformance client",
+            redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        )
+
+    def auth_for(self, config: Any) -> Any:
+        """The pool's `auth_factory`: one provider per connection, the store shared."""
+        return oauth.HostOAuth(
+            config.url,
+            self.client_metadata(),
+            self.store,
+            interactive=True,
+            redirect_handler=self.browser.redirect,
+            callback_handler=self.browser.callback,
+            client_metadata_url=CIMD_URL,
+        )
+
+
+def _pre_registered(ctx: dict[str, Any]) -> OAuthClientInformationFull | None:
+    """Client credentials the scenario hands over (auth/pre-registration), as the host would
+    store them: a confidential client authenticates with HTTP Basic (RFC 6749 2.3.1), and
+    the credentials are bound to the issuer when the scenario names it."""
+    client_id = ctx.get("client_id")
+    if not client_id:
+        return None
+    secret = ctx.get("client_secret")
+    return OAuthClientInformationFull(
+        client_id=client_id,
+        client_secret=secret,
+        redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
+        token_endpoint_auth_method="client_secret_basic" if secret else "none",
+        issuer=ctx.get("issuer"),
+    )
+
+
 def auth_scenario(s: Session, ctx: dict[str, Any]) -> None:
-    """The host has no OAuth client yet: it connects as it would to any server (and gets 401)."""
+    """Connect through the OAuth flow, list the tools and call the first one (a step-up
+    scenario asks for more scope on the call)."""
     s.connect()
     tools = s.list_tools()
     if tools:
@@ -253,9 +383,16 @@ def main(argv: list[str]) -> int:
         print(f"unknown scenario {name!r}", file=sys.stderr)
         return 2
     logger.info("scenario %s, protocol version %s, server %s", name, version or "(not set)", url)
-    session = Session(url)
     try:
-        handler(session, context())
+        ctx = context()
+    except ScenarioFailed as exc:
+        logger.error("scenario %s: %s", name, exc)
+        return 1
+    # Auth scenarios: the pool's connections carry the host's OAuth client.
+    setup = OAuthSetup(ctx) if name.startswith("auth/") else None
+    session = Session(url, auth_factory=setup.auth_for if setup else None)
+    try:
+        handler(session, ctx)
     except (ScenarioFailed, McpFailure) as exc:
         logger.error("scenario %s failed: %s", name, exc)
         return 1
