@@ -99,12 +99,14 @@ class Server(models.Model):
     @property
     def needs_authorization(self) -> bool:
         """The server refuses the host until a person connects it (OAuth)."""
-        if self.state == "needs-authorization":
-            return True
         try:
-            return self.credential.status == "needs_authorization"
+            status = self.credential.status
         except ObjectDoesNotExist:
-            return False
+            status = None
+        if status == "needs_authorization":
+            return True
+        # A connect since the pool's last report outranks it; otherwise the pool's word.
+        return status != "connected" and self.state == "needs-authorization"
 
     @property
     def auth_stamp(self) -> str:

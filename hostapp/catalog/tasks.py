@@ -16,14 +16,21 @@ logger = logging.getLogger(__name__)
 REFRESH_JITTER = 60.0
 
 
+def _queued_key(name: str) -> str:
+    return f"patchbay:refresh-queued:{name}"
+
+
 def queue_refresh(name: str, reason: str = "", countdown: float = 0.5) -> bool:
     """Ask a worker to refresh `name` soon; bursts of requests coalesce into one."""
     import redis
 
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
-        # One queued refresh per server per few seconds is enough: the listing is complete.
-        if not client.set(f"patchbay:refresh-queued:{name}", "1", nx=True, ex=5):
+        # One queued refresh per server is enough while it waits: the listing is complete. The
+        # mark goes when the refresh starts (a request after that needs a new listing) or
+        # after a few seconds (a lost message).
+        if not client.set(_queued_key(name), "1", nx=True, ex=5):
+            logger.info("a refresh of %s is queued already (%s)", name, reason or "on request")
             return False
         refresh_server_task.apply_async((name,), countdown=countdown)
     except Exception as exc:  # boundary: a down broker must not fail the caller; the schedule catches up
@@ -35,8 +42,14 @@ def queue_refresh(name: str, reason: str = "", countdown: float = 0.5) -> bool:
 
 @shared_task(name="hostapp.catalog.refresh_server", ignore_result=True)
 def refresh_server_task(name: str) -> None:
+    import redis
+
     from . import actions
 
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2).delete(_queued_key(name))
+    except Exception as exc:  # boundary: the mark expires on its own
+        logger.debug("could not clear the refresh mark of %s: %s", name, exc)
     server = Server.objects.filter(name=name).first()
     if server is None or not server.enabled:
         return

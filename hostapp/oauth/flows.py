@@ -190,6 +190,9 @@ def _connected(flow_pk: int) -> None:
 def _credentials_changed(server: Server) -> None:
     """Every process's pool picks the new credentials up (it follows config_changed_at)."""
     Server.objects.filter(pk=server.pk).update(config_changed_at=timezone.now())
+    # The pools reconnect on their own time; until one reports, the server is not waiting
+    # for a person any more.
+    Server.objects.filter(pk=server.pk, state="needs-authorization").update(state="idle", last_error=None)
     send_event_on_commit("server.changed", {"names": [server.name]})
 
 
