@@ -81,11 +81,7 @@ def test_a_server_behind_oauth_is_connected_in_the_browser_and_stays_connected(
     assert authorize["code_challenge_method"] == "S256" and authorize["resource"] == oauth_server.url
 
     # The worker lists the tools with the new token; a call goes through.
-    try:
-        host.wait_for_tools("notes__whoami", "notes__echo", "notes__write_note")
-    except AssertionError:
-        Path("/tmp/host-output.log").write_text(host.output)
-        raise
+    host.wait_for_tools("notes__whoami", "notes__echo", "notes__write_note")
     call_whoami(page)
     expect(page.locator("#call-status")).to_have_attribute("data-status", "succeeded", timeout=30_000)
     expect(page.locator("#call-result")).to_contain_text("mcp:read")
