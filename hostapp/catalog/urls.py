@@ -7,6 +7,7 @@ from . import views
 urlpatterns = [
     path("servers/", views.server_list, name="servers"),
     path("servers/add/", views.server_add, name="server_add"),
+    path("servers/import/", views.server_import, name="server_import"),
     path("servers/refresh/", views.server_refresh_all, name="server_refresh_all"),
     path("servers/<slug:name>/", views.server_detail, name="server"),
     path("servers/<slug:name>/refresh/", views.server_refresh, name="server_refresh"),

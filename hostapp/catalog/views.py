@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from hostapp.calls.policy import decide
 from hostapp.core.views import safe_next
+from hostapp.mcp.config import ConfigError
 
 from . import actions
 from .forms import ServerForm
@@ -49,6 +50,43 @@ def server_list(request: HttpRequest) -> HttpResponse:
     progress = {"done": sum(1 for s in in_batch if not s.refreshing), "total": len(in_batch)} if refreshing else None
     template = "catalog/_server_rows.html" if _fragment(request) else "catalog/servers.html"
     return render(request, template, {"servers": servers, "progress": progress})
+
+
+@staff_required
+def server_import(request: HttpRequest) -> HttpResponse:
+    """Import an `mcpServers` file (Claude Desktop, Cursor, VS Code) from the browser; the
+    Servers page then shows the listing of the imported servers' tools as it progresses."""
+    error = ""
+    text = ""
+    if request.method == "POST":
+        upload = request.FILES.get("file")
+        text = (
+            upload.read(2 * 1024 * 1024 + 1).decode("utf-8", "replace") if upload else request.POST.get("document", "")
+        )
+        if len(text) > 2 * 1024 * 1024:
+            error = "The file is larger than 2 MiB."
+        else:
+            try:
+                result = actions.import_servers(json.loads(text))
+            except json.JSONDecodeError as exc:
+                error = f"Not JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}. Nothing was imported."
+            except ConfigError as exc:
+                error = f"Nothing was imported: server {exc.entry!r}, field {exc.field!r}: {exc.message}"
+            else:
+                names = result.created + result.updated + result.unchanged
+                parts = [
+                    f"{label} {', '.join(n)}"
+                    for label, n in (
+                        ("created", result.created),
+                        ("updated", result.updated),
+                        ("unchanged", result.unchanged),
+                    )
+                    if n
+                ]
+                actions.request_refresh(names, reason="imported")
+                messages.success(request, f"Imported {len(names)} server(s): {'; '.join(parts)}. Listing their tools…")
+                return redirect("servers")
+    return render(request, "catalog/server_import.html", {"error": error, "text": text})
 
 
 @staff_required

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -654,3 +656,38 @@ def test_it_shows_a_validation_error_in_the_django_admin(admin_client: Client) -
     assert response.status_code == 200
     assert "must be an http:// or https:// URL" in body(response)
     assert Server.objects.count() == 0
+
+
+class TestImportPage:
+    def test_an_import_creates_the_servers_and_shows_their_listing_as_progress(self, admin_client: Client) -> None:
+        document = {
+            "mcpServers": {
+                "alpha": {"command": "alpha-server"},
+                "beta": {"url": "https://beta.example/mcp", "headers": {"Authorization": "Bearer b-secret-123456"}},
+            }
+        }
+        response = admin_client.post("/servers/import/", {"document": json.dumps(document)})
+        assert response.status_code == 302 and response["Location"] == "/servers/"
+        assert set(Server.objects.values_list("name", flat=True)) >= {"alpha", "beta"}
+        page = admin_client.get("/servers/").content.decode()
+        assert "Imported 2 server(s): created alpha, beta" in page
+        assert "Refreshing: 0 of 2 servers" in page  # each imported server's listing, as it progresses
+        assert "b-secret-123456" not in page
+
+    def test_a_bad_file_is_refused_whole_with_the_entry_and_field(self, admin_client: Client) -> None:
+        document = {"mcpServers": {"good": {"command": "x"}, "bad": {"command": "x", "args": "not-a-list"}}}
+        response = admin_client.post("/servers/import/", {"document": json.dumps(document)})
+        assert response.status_code == 200
+        assert "Nothing was imported: server &#x27;bad&#x27;, field &#x27;args&#x27;" in response.content.decode()
+        assert not Server.objects.filter(name__in=["good", "bad"]).exists()
+
+    def test_an_uploaded_file_works_and_non_json_is_explained(self, admin_client: Client) -> None:
+        upload = SimpleUploadedFile("mcp.json", b'{"mcpServers": {"gamma": {"command": "g"}}}', "application/json")
+        assert admin_client.post("/servers/import/", {"file": upload}).status_code == 302
+        assert Server.objects.filter(name="gamma").exists()
+        response = admin_client.post("/servers/import/", {"document": "{not json"})
+        assert "Not JSON: line 1" in response.content.decode()
+
+    def test_only_staff_may_import(self, client: Client, plain_user: Any) -> None:
+        client.force_login(plain_user)
+        assert client.post("/servers/import/", {"document": "{}"}).status_code == 302  # to the login page
