@@ -3,6 +3,7 @@ revocation, Disconnect. Against the local OAuth-protected MCP server (`tests.oau
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -132,6 +133,26 @@ def test_a_server_that_asks_for_oauth_needs_authorization_until_connected(
     page = client.get(f"/servers/{server.name}/").content.decode()
     assert "connected" in page and "mcp:read" in page
     assert credential.tokens["access_token"] not in page and credential.tokens["refresh_token"] not in page
+
+
+def test_no_token_or_client_secret_reaches_a_log_line(
+    oauth_server: RunningServer, admin: User, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="hostapp")
+    server = add_server(oauth_server)
+    refresh(server)
+    assert connect(server, admin).status == AuthorizationFlow.DONE
+    server.refresh_from_db()
+    call_whoami(server)
+    time.sleep(3.5)
+    call_whoami(server)  # a refresh
+    credential = Credential.objects.get(server=server)
+    secrets = [credential.tokens["access_token"], credential.tokens["refresh_token"]]
+    secrets += [v for v in [(credential.client_info or {}).get("client_secret")] if v]
+    assert credential.refreshes >= 1
+    for secret in secrets:
+        assert secret not in caplog.text
 
 
 def test_tokens_are_refreshed_before_they_expire_and_a_revoked_grant_needs_authorization_again(
