@@ -199,17 +199,25 @@ class HostOAuth(OAuthClientProvider):
                 await self._initialize()
             self.context.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
             refreshed = refresh_failed = False
-            if not self.context.is_token_valid() and self.context.can_refresh_token():
+            held = self.context.current_tokens
+            # Another process (web, worker) may have refreshed it already: the refresh token
+            # it used is then spent, and the stored tokens are the live ones.
+            if (
+                not self.context.is_token_valid()
+                and self.context.can_refresh_token()
+                and not await self._adopt_stored(than=held)
+            ):
                 refreshed = True
                 response = yield await self._refresh_token()
-                refresh_failed = not await self._after_refresh(response)
+                refresh_failed = not await self._after_refresh(response) and not await self._adopt_stored(than=held)
             if self.context.is_token_valid():
                 self._add_auth_header(request)
             response = yield request
             if response.status_code == 401 and not refreshed and self.context.can_refresh_token():
                 # Revoked or expired early: a refresh token may still be good.
+                held = self.context.current_tokens
                 refresh_response = yield await self._refresh_token()
-                if await self._after_refresh(refresh_response):
+                if await self._after_refresh(refresh_response) or await self._adopt_stored(than=held):
                     self._add_auth_header(request)
                     response = yield request
                 else:
@@ -224,6 +232,18 @@ class HostOAuth(OAuthClientProvider):
                     refresh_failed=refresh_failed,
                 )
                 await self.store.needs_authorization(self.challenge)
+
+    async def _adopt_stored(self, than: OAuthToken | None) -> bool:
+        """Take the stored tokens when they differ from `than` (the ones this connection
+        held) and are still valid."""
+        stored = await self.store.get_tokens()
+        if stored is None or (than is not None and stored.access_token == than.access_token):
+            return False
+        state = await self.store.get_state()
+        self.context.current_tokens = stored
+        self.context.token_expiry_time = state.get("token_expires_at")
+        self._initialized = True
+        return self.context.is_token_valid()
 
     async def _after_refresh(self, response: httpx2.Response) -> bool:
         ok = await self._handle_refresh_response(response)

@@ -3,9 +3,11 @@ revocation, Disconnect. Against the local OAuth-protected MCP server (`tests.oau
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -17,10 +19,12 @@ from django.test import Client
 
 from hostapp.catalog import actions as catalog_actions
 from hostapp.catalog.models import Server, Tool
-from hostapp.catalog.pool import close_pool, pool_for
+from hostapp.catalog.pool import close_pool, pool_for, runtime_config
+from hostapp.mcp.connection import Connection
 from hostapp.mcp.errors import McpFailure
 from hostapp.oauth import flows
 from hostapp.oauth.models import AuthorizationFlow, Credential
+from hostapp.oauth.store import auth_for
 from tests.helpers import wait_until
 from tests.oauthserver.test_oauthserver import RunningServer, launch, stop, wait_ready
 
@@ -254,3 +258,28 @@ def test_the_callback_refuses_an_unknown_state(admin: User) -> None:
     response = client.get("/oauth/callback/?state=nope&code=x")
     assert response.status_code == 400
     assert "unknown" in response.content.decode()
+
+
+def test_two_processes_share_one_grant_when_the_refresh_token_rotates(oauth_server: RunningServer, admin: User) -> None:
+    """Web and worker each hold a connection; the authorization server rotates refresh tokens.
+    The one that refreshes second finds its refresh token spent and takes the stored tokens."""
+    server = add_server(oauth_server)
+    assert connect(server, admin).status == AuthorizationFlow.DONE
+    server.refresh_from_db()
+    config = runtime_config(server)
+
+    async def both() -> list[dict[str, Any]]:
+        async with AsyncExitStack() as stack:
+            first = Connection(config, auth=auth_for(config))
+            second = Connection(config, auth=auth_for(config))
+            await first.open(stack)
+            await second.open(stack)
+            await asyncio.sleep(3.5)  # both tokens expire
+            results = [await first.call_tool("whoami", {}), await second.call_tool("whoami", {})]
+            return results
+
+    results = asyncio.run(both())
+    assert all(not r.get("isError") for r in results), results
+    credential = Credential.objects.get(server=server)
+    assert credential.status == Credential.CONNECTED
+    assert oauth_server.state()["refreshes"] == 1  # one refresh served both
