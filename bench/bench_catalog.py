@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python bench/bench_catalog.py [--servers 100] [--tools 100] [--threads 8]
         [--requests 20] [--data-dir DIR] [--json out.json] [--profile DIR] [--no-what-if]
+        [--no-pages]
 
     # the same on PostgreSQL
     createdb -h 127.0.0.1 -U postgres bench_catalog
@@ -35,10 +36,14 @@ What it does:
    tool, its live-refresh fragment, searches, filters, the Servers page. ``--requests``
    timed requests each after two warm-up ones: median and p95; then one more request under
    ``CaptureQueriesContext`` for the query count, and the rows and bytes it returned.
+   ``--no-pages`` skips this step (and the next): only the refreshes are measured.
 6. What-if (``--no-what-if`` to skip): the same Catalog requests with the template handed
    only the first 100 rows (``render`` wrapped in this process only; the app is unchanged),
    i.e. what pagination would cost.
-7. Queries per refresh of one server, for each kind of refresh.
+7. Queries per refresh of one server, for each kind of refresh (and ``mixed``: some tools
+   changed, some added, some removed, in one refresh), as ``CaptureQueriesContext`` counts
+   them: a statement run for many rows with ``executemany`` counts once; how many rows it
+   ran for is reported next to it.
 
 Prints Markdown tables (and ``--json`` writes the figures).
 """
@@ -405,23 +410,43 @@ def _bench_user() -> Any:
 # --- queries per refresh ---------------------------------------------------------------
 
 
-def queries_per_refresh(name: str, port: int, n_tools: int) -> dict[str, int]:
+def queries_per_refresh(name: str, port: int, n_tools: int) -> dict[str, dict[str, int]]:
+    """Per kind of refresh of one server: the queries counted, and of those the statements
+    run for many rows (`executemany`, logged as "N times: ...") with their rows."""
+    import re
+
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from hostapp.catalog.models import Tool
 
-    out: dict[str, int] = {}
+    out: dict[str, dict[str, int]] = {}
     set_revision(port, 0)
     refresh_one(name)  # whatever the state, now as on the server
     Tool.objects.filter(server__name=name).delete()
-    for label, revision in (("first", 0), ("unchanged", 0), ("changed", 7)):
+    for label, revision in (("first", 0), ("unchanged", 0), ("changed", 7), ("mixed", 8)):
         if revision:
             set_revision(port, revision)
+        expect = (n_tools, 0, 0)
+        if label == "mixed":
+            # A tenth of the tools unknown to the catalog (added), 5 it has that the server no
+            # longer lists (removed), the rest reworded (changed).
+            server_tools = Tool.objects.filter(server__name=name).order_by("pk")
+            Tool.objects.filter(pk__in=list(server_tools.values_list("pk", flat=True)[: n_tools // 10])).delete()
+            server = server_tools.first().server  # type: ignore[union-attr]
+            for i in range(5):
+                Tool.objects.create(
+                    server=server, original_name=f"retired_{i}", exposed_name=f"{name}__retired_{i}",
+                    definition={"name": f"retired_{i}"}, definition_hash="-",
+                )  # fmt: skip
+            expect = (n_tools - n_tools // 10, n_tools // 10, 5)
         with CaptureQueriesContext(connection) as ctx:
             result, _ = refresh_one(name)
         assert result.ok and result.tools == n_tools
-        out[label] = len(ctx.captured_queries)
+        if label in ("changed", "mixed"):
+            assert (len(result.changed), len(result.added), len(result.removed)) == expect, (label, result)
+        many = [int(m.group(1)) for q in ctx.captured_queries if (m := re.match(r"(\d+) times: ", q["sql"]))]
+        out[label] = {"queries": len(ctx.captured_queries), "executemany": len(many), "executemany_rows": sum(many)}
     set_revision(port, 0)
     return out
 
@@ -429,9 +454,35 @@ def queries_per_refresh(name: str, port: int, n_tools: int) -> dict[str, int]:
 # --- profiles (optional) ---------------------------------------------------------------
 
 
+@contextmanager
+def profiled(path: Path) -> Iterator[None]:
+    """Profile the block into `path`: pyinstrument's tree when it is installed (it is not in
+    requirements-dev.txt), else cProfile's 60 costliest calls by cumulative time."""
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        import cProfile
+        import io
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.enable()
+        try:
+            yield
+        finally:
+            profile.disable()
+            out = io.StringIO()
+            pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(60)
+            path.with_suffix(".cprofile.txt").write_text(out.getvalue())
+        return
+    profiler = Profiler(interval=0.0005)
+    with profiler:
+        yield
+    path.write_text(profiler.output_text(unicode=True, show_all=False))
+
+
 def write_profiles(directory: Path, port: int, names: list[str]) -> None:
     from django.test import Client
-    from pyinstrument import Profiler
 
     directory.mkdir(parents=True, exist_ok=True)
     # Every server at revision 0 and its tools recorded so, before the "unchanged" profile.
@@ -442,17 +493,13 @@ def write_profiles(directory: Path, port: int, names: list[str]) -> None:
     client.force_login(_bench_user())
     client.get("/catalog/")
     for label, url in (("catalog_all", "/catalog/"), ("catalog_search_broad", "/catalog/?q=export")):
-        profiler = Profiler(interval=0.0005)
-        with profiler:
+        with profiled(directory / f"{label}.txt"):
             client.get(url)
-        (directory / f"{label}.txt").write_text(profiler.output_text(unicode=True, show_all=False))
     for label, revision in (("refresh_unchanged_seq", 0), ("refresh_changed_seq", 11)):
         set_revision(port, revision)
-        profiler = Profiler(interval=0.0005)
-        with profiler:
+        with profiled(directory / f"{label}_20_servers.txt"):
             for n in names[:20]:
                 refresh_one(n)
-        (directory / f"{label}_20_servers.txt").write_text(profiler.output_text(unicode=True, show_all=False))
     set_revision(port, 0)
     for n in names[:20]:
         refresh_one(n)
@@ -471,8 +518,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20, help="timed requests per page")
     parser.add_argument("--data-dir", default=os.environ.get("PATCHBAY_DATA_DIR", ""))
     parser.add_argument("--json", default="", help="write the figures here too")
-    parser.add_argument("--profile", default="", help="write pyinstrument profiles into this directory")
+    parser.add_argument(
+        "--profile", default="", help="write profiles into this directory (pyinstrument, or cProfile without it)"
+    )
     parser.add_argument("--no-what-if", action="store_true", help="skip the capped-rows (pagination) simulation")
+    parser.add_argument("--no-pages", action="store_true", help="measure the refreshes only")
     args = parser.parse_args(argv)
     thread_levels = [int(t) for t in args.threads.split(",") if t.strip()]
 
@@ -500,7 +550,9 @@ def main(argv: list[str] | None = None) -> int:
         servers_proc = start_catalog_servers(port, args.servers, args.tools, Path(data_dir) / "catalog_servers.log")
         boot_s = time.perf_counter() - started
 
-        Server.objects.all().delete()
+        # Only the keys: rows left by an earlier run on this database may hold secrets encrypted
+        # with another run's key, which loading them would try to decrypt.
+        Server.objects.only("pk").delete()
         names = [f"s{i:03d}" for i in range(args.servers)]
         for i, name in enumerate(names):
             Server.objects.create(
@@ -567,9 +619,11 @@ def main(argv: list[str] | None = None) -> int:
         run("sequential", 1, "listing only (warm pool, no database)", "list", list_one)
 
         page_list = pages_for(names)
-        pages = measure_pages(args.requests, page_list)
+        pages = [] if args.no_pages else measure_pages(args.requests, page_list)
         what_if: list[dict[str, Any]] = []
-        if pages[0]["rows"] < args.servers * args.tools:
+        if args.no_pages:
+            pass
+        elif pages[0]["rows"] < args.servers * args.tools:
             print(
                 f"# the Catalog page renders {pages[0]['rows']} of {args.servers * args.tools} rows: it paginates; no what-if"
             )
@@ -617,13 +671,18 @@ def main(argv: list[str] | None = None) -> int:
             if r["failed"]:
                 print(f"\n{r['mode']}, {r['kind']}: {r['failed']} failed, e.g. {r['failure_example'][:300]}")
         print(
-            f"\nQueries per refresh of one server ({args.tools} tools): "
-            + ", ".join(f"{k} {v}" for k, v in per_refresh.items())
+            f"\nQueries per refresh of one server ({args.tools} tools, as CaptureQueriesContext counts them): "
+            + ", ".join(
+                f"{k} {v['queries']}"
+                + (f" ({v['executemany']} of them run for {v['executemany_rows']} rows)" if v["executemany"] else "")
+                for k, v in per_refresh.items()
+            )
         )
 
-        print(f"\n### Pages (server time, {args.requests} requests each, logged in), {db}\n")
-        print("| page | rows | KiB | queries | median | p95 | CPU, median | target < 150 ms |")
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        if pages:
+            print(f"\n### Pages (server time, {args.requests} requests each, logged in), {db}\n")
+            print("| page | rows | KiB | queries | median | p95 | CPU, median | target < 150 ms |")
+            print("|---|---:|---:|---:|---:|---:|---:|---|")
         for p in pages:
             ok = "met" if p["p95_ms"] < TARGET_PAGE_MS else "**not met**"
             print(
