@@ -160,6 +160,9 @@ def _config_fields(config: ServerConfig) -> dict[str, Any]:
         "headers": dict(config.headers),
         "trusted": config.trusted,
         "enabled": config.enabled,
+        "oauth_client_id": config.oauth_client_id,
+        "oauth_client_secret": config.oauth_client_secret,
+        "oauth_scope": config.oauth_scope,
     }
 
 
@@ -196,6 +199,10 @@ def import_servers(document: Any) -> ImportResult:
             fields["headers"] = _keep_masked(
                 config.name, "headers", fields["headers"], server.headers if server else {}
             )
+            if fields["oauth_client_secret"] == SECRET_MASK:
+                if server is None or not server.oauth_client_secret:
+                    raise ConfigError(config.name, "oauth.clientSecret", "is masked but no value is stored for it")
+                fields["oauth_client_secret"] = server.oauth_client_secret
             if server is None:
                 Server.objects.create(name=config.name, **fields)
                 result.created.append(config.name)
@@ -226,6 +233,7 @@ def export_servers(include_secrets: bool = False) -> dict[str, Any]:
                     **config.__dict__,
                     "env": {k: SECRET_MASK for k in config.env},
                     "headers": {k: SECRET_MASK for k in config.headers},
+                    "oauth_client_secret": SECRET_MASK if config.oauth_client_secret else "",
                 }
             )
         configs.append(config)

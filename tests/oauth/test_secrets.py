@@ -182,3 +182,33 @@ class TestOAuthInTheServerFormat:
         with pytest.raises(ConfigError) as caught:
             parse_entry("x", {"command": "x", "oauth": {"clientId": "a"}})
         assert caught.value.field == "oauth"
+
+
+def test_export_masks_the_client_secret_and_an_import_of_the_mask_keeps_it() -> None:
+    from hostapp.catalog import actions
+
+    document = {
+        "mcpServers": {
+            "vault": {
+                "url": "https://vault.example/mcp",
+                "headers": {"X-Api-Key": SECRET},
+                "oauth": {"clientId": "patchbay", "clientSecret": SECRET + "-client", "scope": "read"},
+            }
+        }
+    }
+    actions.import_servers(document)
+    exported = actions.export_servers()
+    assert SECRET not in str(exported)
+    assert exported["mcpServers"]["vault"]["oauth"] == {
+        "clientId": "patchbay",
+        "clientSecret": "********",
+        "scope": "read",
+    }
+
+    assert actions.import_servers(exported).unchanged == ["vault"]  # the masks keep what is stored
+    assert Server.objects.get(name="vault").oauth_client_secret == SECRET + "-client"
+    assert actions.export_servers(include_secrets=True) == document
+
+    with pytest.raises(ConfigError) as caught:
+        actions.import_servers({"mcpServers": {"other": exported["mcpServers"]["vault"]}})
+    assert caught.value.field == "headers"
