@@ -22,6 +22,9 @@ def _parse_pairs(text: str, sep: str, label: str) -> dict[str, str]:
     return pairs
 
 
+OAUTH_FIELDS = {"clientId": "oauth_client_id", "clientSecret": "oauth_client_secret", "scope": "oauth_scope"}
+
+
 class ServerForm(forms.Form):
     name = forms.CharField(max_length=32, help_text="A slug: lowercase letters, digits and inner hyphens.")
     transport = forms.ChoiceField(choices=Server.TRANSPORTS)
@@ -41,6 +44,20 @@ class ServerForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text=f"HTTP: Name: value per line. Stored values show as {SECRET_MASK}; leave them to keep them.",
     )
+    oauth_client_id = forms.CharField(
+        required=False,
+        max_length=500,
+        label="OAuth client id",
+        help_text="HTTP behind OAuth, with a client registered beforehand; empty: the host registers itself.",
+    )
+    oauth_client_secret = forms.CharField(
+        required=False,
+        max_length=500,
+        label="OAuth client secret",
+        widget=forms.PasswordInput(render_value=True),
+        help_text=f"A stored secret shows as {SECRET_MASK}; leave it to keep it.",
+    )
+    oauth_scope = forms.CharField(required=False, max_length=500, label="OAuth scope", help_text="Space-separated.")
     trusted = forms.BooleanField(required=False, help_text="Believe its tool annotations.")
     enabled = forms.BooleanField(required=False, initial=True)
 
@@ -56,6 +73,9 @@ class ServerForm(forms.Form):
                 "cwd": instance.cwd,
                 "url": instance.url,
                 "headers": "\n".join(f"{k}: {SECRET_MASK}" for k in instance.headers),
+                "oauth_client_id": instance.oauth_client_id,
+                "oauth_client_secret": SECRET_MASK if instance.oauth_client_secret else "",
+                "oauth_scope": instance.oauth_scope,
                 "trusted": instance.trusted,
                 "enabled": instance.enabled,
             }
@@ -88,6 +108,14 @@ class ServerForm(forms.Form):
         pairs = _parse_pairs(self.cleaned_data.get("headers") or "", ":", "Name: value")
         return self._keep(pairs, self.instance.headers if self.instance else {}, "headers")
 
+    def clean_oauth_client_secret(self) -> str:
+        value = self.cleaned_data.get("oauth_client_secret") or ""
+        if value == SECRET_MASK:
+            if self.instance is None or not self.instance.oauth_client_secret:
+                raise forms.ValidationError("no stored secret to keep; type the value")
+            return self.instance.oauth_client_secret
+        return value
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         if self.errors:
@@ -101,6 +129,9 @@ class ServerForm(forms.Form):
             entry.update(command=data["command"], args=data["args"], env=data["env"])
         else:
             entry.update(url=data["url"], headers=data["headers"], type=data["transport"])
+        oauth = {key: data[field] for key, field in OAUTH_FIELDS.items() if data.get(field)}
+        if oauth:
+            entry["oauth"] = oauth  # a stdio server refuses it, at the field
         # Whatever else was filled in goes along, so that a field that does not fit the
         # transport is an error at that field, never silently dropped.
         for key in ("command", "args", "env", "cwd", "url", "headers"):
@@ -109,5 +140,8 @@ class ServerForm(forms.Form):
         try:
             self.config = parse_entry(name, entry)
         except ConfigError as exc:
-            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+            field_name = OAUTH_FIELDS.get(exc.field.removeprefix("oauth."), exc.field)
+            if exc.field == "oauth":
+                field_name = "oauth_client_id"
+            self.add_error(field_name if field_name in self.fields else None, exc.message)
         return data

@@ -113,6 +113,9 @@ def _apply_config(server: Server, config: Any) -> None:
     server.headers = dict(config.headers)
     server.trusted = config.trusted
     server.enabled = config.enabled
+    server.oauth_client_id = config.oauth_client_id
+    server.oauth_client_secret = config.oauth_client_secret
+    server.oauth_scope = config.oauth_scope
 
 
 def server_detail(request: HttpRequest, name: str) -> HttpResponse:

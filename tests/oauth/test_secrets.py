@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
@@ -212,3 +213,26 @@ def test_export_masks_the_client_secret_and_an_import_of_the_mask_keeps_it() -> 
     with pytest.raises(ConfigError) as caught:
         actions.import_servers({"mcpServers": {"other": exported["mcpServers"]["vault"]}})
     assert caught.value.field == "headers"
+
+
+def test_the_server_form_takes_a_pre_registered_client_and_keeps_its_secret_masked(admin_client: Any) -> None:
+    fields = {"name": "tracker", "transport": "http", "url": "https://tracker.example/mcp", "enabled": "on"}
+    fields |= {"oauth_client_id": "patchbay", "oauth_client_secret": SECRET, "oauth_scope": "issues:read"}
+    assert admin_client.post("/servers/add/", fields).status_code == 302
+    server = Server.objects.get(name="tracker")
+    assert (server.oauth_client_id, server.oauth_client_secret, server.oauth_scope) == (
+        "patchbay",
+        SECRET,
+        "issues:read",
+    )
+
+    page = admin_client.get("/servers/tracker/").content.decode()
+    assert SECRET not in page and "********" in page
+    edit = {k: v for k, v in fields.items() if k != "name"} | {"oauth_client_secret": "********", "oauth_scope": "a b"}
+    assert admin_client.post("/servers/tracker/", edit).status_code == 302
+    server.refresh_from_db()
+    assert server.oauth_client_secret == SECRET and server.oauth_scope == "a b"
+
+    stdio = {"name": "local", "transport": "stdio", "command": "x", "oauth_client_id": "patchbay", "enabled": "on"}
+    response = admin_client.post("/servers/add/", stdio)
+    assert response.status_code == 200 and "only HTTP servers take OAuth settings" in response.content.decode()
