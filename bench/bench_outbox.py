@@ -6,12 +6,14 @@ Run from the repository root (PostgreSQL on 127.0.0.1:5432, user postgres, and R
     .venv/bin/python bench/bench_outbox.py [--actions 2000] [--workers 1,2] [--concurrency 4,8,16]
         [--enqueue bulk|start_call|paced] [--producers 4] [--rate 10] [--breakdown K]
         [--what-if NAME[,NAME]] [--json out.json] [--profile DIR] [--summarize DIR] [--keep]
+        [--database-url postgres://postgres@127.0.0.1:5432/bench_outbox] [--redis-url redis://127.0.0.1:6379/14]
 
 What it does:
 
 1. A fresh PostgreSQL database ``bench_outbox`` (dropped first if a previous run left it,
    and dropped at the end), Redis database 14 (flushed first; broker and channel layer),
-   a temporary ``PATCHBAY_DATA_DIR``; ``migrate``.
+   or the ones ``--database-url`` and ``--redis-url`` name; a temporary
+   ``PATCHBAY_DATA_DIR``; ``migrate``.
 2. The bundled ``tasks`` server as a trusted stdio server
    (``sys.executable -m servers.tasks --data-dir <tmp>/servers``, cwd the repository root),
    refreshed through this process's pool, so ``tasks__add`` (a write tool: it goes through
@@ -59,9 +61,10 @@ summarise them with ``--summarize DIR``. (py-spy is not in the requirements:
 ``--what-if NAME``: the workers are started through this script, which patches the worker
 process only (events on one long-lived loop, no events, acks on receipt) and then runs
 Celery's own main: what a fix would gain, with the app unchanged.
-``--breakdown K``: after the runs, K deliveries one at a time in this process, each phase
-timed (claim, tool lookup, the pool call, record, live-event sends) and the SQL statements
-counted: what one delivery costs without contention.
+``--breakdown K``: after the runs, K deliveries one at a time in this process (``deliver(id)``),
+then K more drained in batches as a worker does (``drain``), each phase timed (claim, tool
+lookup, the pool calls, record, live-event sends) and the SQL statements counted: what a
+delivery costs without contention.
 """
 
 from __future__ import annotations
@@ -90,9 +93,28 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 TARGET_RATE = 200.0  # actions/s with two workers
+
+
+# The database (dropped and created again) and the Redis database (flushed) a run uses:
+# --database-url and --redis-url.
+DB_URL = "postgres://postgres@127.0.0.1:5432/bench_outbox"
+REDIS_URL = "redis://127.0.0.1:6379/14"
 DB_NAME = "bench_outbox"
 PG = ["-h", "127.0.0.1", "-p", "5432", "-U", "postgres"]
-REDIS_DB = 14
+
+
+def use(db_url: str, redis_url: str) -> None:
+    """Run against this PostgreSQL database and this Redis database."""
+    from urllib.parse import urlsplit
+
+    global DB_URL, REDIS_URL, DB_NAME, PG
+    parts = urlsplit(db_url)
+    if parts.scheme not in ("postgres", "postgresql", "pgsql") or not parts.path.strip("/"):
+        raise SystemExit(f"--database-url must name a PostgreSQL database, not {db_url!r}")
+    DB_URL, REDIS_URL, DB_NAME = db_url, redis_url, parts.path.strip("/")
+    PG = ["-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 5432), "-U", parts.username or "postgres"]
+
+
 SERVER = "tasks"
 TOOL = "tasks__add"
 FINAL = ("done", "dead", "unknown", "discarded")
@@ -136,8 +158,8 @@ def setup(data_dir: Path) -> dict[str, str]:
     """Environment for this process and the workers; Django set up and migrated."""
     env = {
         "DJANGO_SETTINGS_MODULE": "hostapp.settings",
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
-        "REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
+        "DATABASE_URL": DB_URL,
+        "REDIS_URL": REDIS_URL,
         "PATCHBAY_DATA_DIR": str(data_dir),
         "PATCHBAY_LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
@@ -628,20 +650,47 @@ def check(data_dir: Path) -> list[str]:
     return problems
 
 
-# --- breakdown: one delivery at a time, phase by phase ------------------------------------------
+# --- breakdown: deliveries in this process, phase by phase ---------------------------------------
 
 
 def breakdown(tool: Any, k: int) -> dict[str, Any]:
-    """Deliver K actions one at a time in this process, each phase timed exclusively (wall and
-    process CPU: the pool's loop thread and asgiref's helper threads are this process too) by
-    wrappers set in this process only (the app is unchanged); SQL statements counted."""
+    """Deliver K actions one at a time (`deliver(id)`), then K more as a drain does (batches
+    of the app's batch size), in this process; each phase timed exclusively (wall and process
+    CPU: the pool's loop thread and asgiref's helper threads are this process too) by wrappers
+    set in this process only (the app is unchanged); SQL statements counted."""
+    import redis
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from hostapp.catalog import pool as pool_module
+    from hostapp.calls.actions import Requester, start_call
+    from hostapp.calls.models import Call
     from hostapp.core import events
     from hostapp.outbox import actions as outbox
     from hostapp.outbox.models import Action
+
+    def forget_wakeups() -> None:
+        """Wake-ups went to Redis with no worker listening: take them back out."""
+        time.sleep(0.5)
+        client = redis.Redis.from_url(os.environ["REDIS_URL"])
+        client.delete("celery", outbox.WAKE_KEY)
+
+    # The producer's side: start_call, one transaction per call (live events queued on commit).
+    requester = Requester(Call.CLI, "bench")
+    producer_wall, producer_cpu, call_ids = [], [], []
+    producer_queries = []
+    for i in range(2 * k + 5):
+        with CaptureQueriesContext(connection) as ctx:
+            w0, c0 = time.perf_counter(), time.process_time()
+            call_ids.append(start_call(TOOL, {"title": f"breakdown #{i}"}, requester).pk)
+            w, c = time.perf_counter() - w0, time.process_time() - c0
+        if i >= 5:
+            producer_wall.append(w * 1000)
+            producer_cpu.append(c * 1000)
+            producer_queries.append(len(ctx.captured_queries))
+    forget_wakeups()
+    ids = list(Action.objects.filter(call_id__in=call_ids).order_by("pk").values_list("pk", flat=True))
+    for action_id in ids[:5]:  # warm: the pool's connection, the first queries
+        outbox.deliver(action_id, worker="breakdown")
 
     wall: dict[str, list[float]] = collections.defaultdict(list)
     cpu: dict[str, list[float]] = collections.defaultdict(list)
@@ -664,75 +713,60 @@ def breakdown(tool: Any, k: int) -> dict[str, Any]:
 
         return wrapper
 
-    originals = (outbox.claim, outbox.record, events._send, pool_module.pool_for, outbox.deliver)
+    names = ("claim_batch", "_send_all", "record_batch")
+    originals = {name: getattr(outbox, name) for name in names}
+    original_send = events._send
+    labels = {
+        "claim_batch": "claim (its transaction)",
+        "_send_all": "pool calls (stdio round trips, concurrent within a batch)",
+        "record_batch": "record (its transaction)",
+    }
 
-    def pool_for(server: Any) -> Any:
-        pool = originals[3](server)
-        if not getattr(pool, "_bench_timed", False):
-            pool.call_tool = timed("pool.call_tool (stdio round trip)", pool.call_tool)
-            pool._bench_timed = True
-        return pool
-
-    import redis
-
-    from hostapp.calls.actions import Requester, start_call
-    from hostapp.calls.models import Call
-
-    # The producer's side: start_call, one transaction per call (live events queued on commit).
-    requester = Requester(Call.CLI, "bench")
-    producer_wall, producer_cpu, call_ids = [], [], []
-    for i in range(k + 5):
-        w0, c0 = time.perf_counter(), time.process_time()
-        call_ids.append(start_call(TOOL, {"title": f"breakdown #{i}"}, requester).pk)
-        if i >= 5:
-            producer_wall.append((time.perf_counter() - w0) * 1000)
-            producer_cpu.append((time.process_time() - c0) * 1000)
-    # The wake-ups went to Redis with no worker listening: take them back out.
-    time.sleep(0.5)
-    redis.Redis.from_url(os.environ["REDIS_URL"]).delete("celery")
-    ids = list(Action.objects.filter(call_id__in=call_ids).order_by("pk").values_list("pk", flat=True))
-    for action_id in ids[:5]:  # warm: the pool's connection, the first queries
-        outbox.deliver(action_id, worker="breakdown")
-    outbox.claim = timed("claim (its transaction, 7 statements)", originals[0])
-    outbox.record = timed("record (its transaction, 8 statements)", originals[1])
-    events._send = timed("live events (_send x4, in the caller)", originals[2])
-    pool_module.pool_for = pool_for
-    deliver = timed("deliver: the rest (tool lookup, arguments, checks)", originals[4])
-    queries: list[int] = []
-    statements: collections.Counter[str] = collections.Counter()
-    totals_wall, totals_cpu = [], []
-    try:
-        for action_id in ids[5:]:
+    def measure(run: Any, n: int) -> dict[str, Any]:
+        wall.clear()
+        cpu.clear()
+        statements: collections.Counter[str] = collections.Counter()
+        for name in names:
+            setattr(outbox, name, timed(labels[name], originals[name]))
+        events._send = timed("live events (_send, in the caller)", original_send)
+        try:
             with CaptureQueriesContext(connection) as ctx:
                 w0, c0 = time.perf_counter(), time.process_time()
-                deliver(action_id, worker="breakdown")
-                totals_wall.append((time.perf_counter() - w0) * 1000)
-                totals_cpu.append((time.process_time() - c0) * 1000)
-            queries.append(len(ctx.captured_queries))
-            for q in ctx.captured_queries:
-                statements[q["sql"].split()[0].upper()] += 1
-    finally:
-        outbox.claim, outbox.record, events._send, pool_module.pool_for, _ = originals
-    phases = {
-        name: {
-            "wall_ms": round(statistics.median(wall[name]) * len(wall[name]) / k, 2),
-            "cpu_ms": round(statistics.mean(cpu[name]) * len(cpu[name]) / k, 2),
+                timed("the rest (tool lookup, arguments, checks)", run)()
+                total_wall, total_cpu = time.perf_counter() - w0, time.process_time() - c0
+        finally:
+            for name in names:
+                setattr(outbox, name, originals[name])
+            events._send = original_send
+        for q in ctx.captured_queries:
+            statements[q["sql"].split()[0].upper()] += 1
+        phases = {
+            name: {"wall_ms": round(sum(wall[name]) / n, 2), "cpu_ms": round(sum(cpu[name]) / n, 2)} for name in wall
         }
-        for name in wall
-    }
-    phases["whole delivery"] = {
-        "wall_ms": round(statistics.median(totals_wall), 2),
-        "cpu_ms": round(statistics.mean(totals_cpu), 2),
-    }
+        phases["whole delivery"] = {
+            "wall_ms": round(total_wall * 1000 / n, 2),
+            "cpu_ms": round(total_cpu * 1000 / n, 2),
+        }
+        return {
+            "phases (per delivery: totals / deliveries)": phases,
+            "sql statements per delivery": round(len(ctx.captured_queries) / n, 2),
+            "by verb": {verb: round(count / n, 2) for verb, count in statements.items()},
+        }
+
+    single_ids, batch_ids = ids[5 : 5 + k], ids[5 + k :]
+    single = measure(lambda: [outbox.deliver(i, worker="breakdown") for i in single_ids], len(single_ids))
+    drained: dict[str, int] = {}
+    batched = measure(lambda: drained.update(outbox.drain("breakdown", seconds=600)), len(batch_ids))
+    forget_wakeups()  # a full batch wakes another worker
     return {
         "start_call (producer; per call)": {
             "wall_ms": round(statistics.median(producer_wall), 2),
             "cpu_ms": round(statistics.mean(producer_cpu), 2),
+            "sql statements": statistics.median(producer_queries),
         },
         "deliveries": k,
-        "phases (per delivery; wall = median x calls, cpu = mean x calls)": phases,
-        "sql statements per delivery": statistics.median(queries),
-        "by verb": {verb: n / k for verb, n in statements.items()},
+        "one at a time: deliver(id)": single,
+        f"drained (batches of {outbox.batch_size()})": {**batched, "outcomes": drained},
         "not done": Action.objects.filter(pk__in=ids).exclude(status="done").count(),
     }
 
@@ -870,8 +904,13 @@ def main(argv: list[str] | None = None) -> int:
         help="patch the workers (comma-separated): " + "; ".join(f"{k}: {v}" for k, v in WHAT_IFS.items()),
     )
     parser.add_argument("--keep", action="store_true", help="keep the database and data directory")
+    parser.add_argument(
+        "--database-url", default=DB_URL, help=f"PostgreSQL database, dropped and created again (default {DB_URL})"
+    )
+    parser.add_argument("--redis-url", default=REDIS_URL, help=f"Redis database, flushed (default {REDIS_URL})")
     parser.add_argument("--summarize", help="summarise the py-spy profiles in this directory and exit")
     opts = parser.parse_args(argv)
+    use(opts.database_url, opts.redis_url)
     if opts.summarize:
         summarize(Path(opts.summarize))
         return 0
@@ -907,7 +946,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = check(data_dir)
         if opts.breakdown:
             extra["breakdown"] = breakdown(tool, opts.breakdown)
-            print("\nbreakdown of one delivery (serial, in-process):")
+            print("\nbreakdown (in-process: one at a time, then drained in batches):")
             print(json.dumps(extra["breakdown"], indent=2))
         print()
         print(table(results))

@@ -391,6 +391,8 @@ PATCHBAY_OUTBOX_BACKOFF_BASE = env_int("PATCHBAY_OUTBOX_BACKOFF_BASE", 2, minimu
 PATCHBAY_OUTBOX_BACKOFF_CAP = env_int("PATCHBAY_OUTBOX_BACKOFF_CAP", 300, minimum=1)
 PATCHBAY_OUTBOX_LEASE = env_int("PATCHBAY_OUTBOX_LEASE", 120, minimum=5)
 PATCHBAY_OUTBOX_CALL_TIMEOUT = env_int("PATCHBAY_OUTBOX_CALL_TIMEOUT", 60, minimum=1)
+# Due actions one worker claims and sends together (concurrently, each with its own key).
+PATCHBAY_OUTBOX_BATCH = env_int("PATCHBAY_OUTBOX_BATCH", 16, minimum=1)
 # A POST with each new dead letter's summary (optional).
 PATCHBAY_ALERT_WEBHOOK = env_str("PATCHBAY_ALERT_WEBHOOK")
 

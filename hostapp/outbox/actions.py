@@ -1,31 +1,45 @@
 """The outbox: deliver side-effecting calls once in effect, retry, and dead-letter.
 
 The database is the truth; Redis only carries wake-ups. An action is written in the same
-transaction as its call and a delivery task is queued on commit. A worker claims the
-action atomically with a lease, delivers it with its idempotency key, and records the
-outcome, all conditional on still holding the lease. The sweeper (beat) re-queues due
-actions whose wake-up was lost and reclaims the leases of workers that died.
+transaction as its call and a worker is woken on commit. A woken worker drains: it claims
+the due actions in batches, each batch atomically with a lease, delivers them concurrently
+with their idempotency keys, and records the outcomes of a batch in one transaction, each
+conditional on still holding its lease. The sweeper (beat) re-queues due actions whose
+wake-up was lost and reclaims the leases of workers that died.
+
+Wake-ups are coalesced: while one is queued and no worker has started on it, committing
+another action sends none (the worker that takes it claims every due action, oldest
+first). A worker that claims a full batch wakes another one, so a backlog spreads over
+every worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
+import os
 import random
+import threading
 import time
+from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import reduce
+from operator import or_
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Case, DateTimeField, F, Model, Q, QuerySet, Value, When
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from hostapp.calls.models import Call, CallEvent
 from hostapp.catalog.actions import applied_annotations
-from hostapp.catalog.models import Tool
+from hostapp.catalog.models import Server, Tool
 from hostapp.core.events import send_event_on_commit
-from hostapp.mcp import McpFailure, result_failure
+from hostapp.mcp import McpFailure, ServerConfig, result_failure
 from hostapp.mcp.errors import transport_error
 
 from .models import Action, Attempt
@@ -38,20 +52,89 @@ IDEMPOTENCY_EXTENSION = "dev.patchbay/idempotency"
 IDEMPOTENCY_ARGUMENTS = ("idempotency_key", "idempotencyKey")
 # A wake-up older than this without a claim is presumed lost, and sent again.
 REQUEUE_AFTER = timedelta(seconds=30)
+# Actions one claim takes at most (settings.PATCHBAY_OUTBOX_BATCH overrides it). They are
+# delivered concurrently, so a batch takes about as long as its slowest call.
+BATCH_SIZE = 16
+# A woken worker keeps claiming full batches for this long, then hands over to another.
+DRAIN_SECONDS = 10.0
+# Set (in the broker's Redis) while a wake-up is queued that no worker has started on yet.
+WAKE_KEY = "patchbay:outbox:wake"
+# A wake-up lost with its flag set (a worker killed with it reserved) holds back the next
+# ones for this long at most; the sweeper finds the actions it was for.
+WAKE_TTL_MS = 5000
+# After Redis failed to answer about the flag, wake without it for this long.
+_FLAG_QUIET_AFTER_FAILURE = 10.0
+# The handshake allowance of the pool's servers (the host never changes it).
+_CONNECT_TIMEOUT = next(f.default for f in dataclasses.fields(ServerConfig) if f.name == "connect_timeout")
+
+
+def batch_size() -> int:
+    return max(1, int(getattr(settings, "PATCHBAY_OUTBOX_BATCH", BATCH_SIZE)))
+
+
+# --- wake-ups ------------------------------------------------------------------------------------
+
+_redis_lock = threading.Lock()
+_redis_clients: dict[str, Any] = {}
+_flag_down_until = 0.0
+
+
+def _redis() -> Any:
+    url = settings.REDIS_URL
+    client = _redis_clients.get(url)
+    if client is None:
+        import redis
+
+        with _redis_lock:
+            client = _redis_clients.get(url)
+            if client is None:
+                client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+                _redis_clients[url] = client
+    return client
+
+
+def _flag(op: str) -> bool:
+    """Set the wake flag if unset ("set": True if this call set it) or clear it ("clear").
+
+    When Redis does not answer, the answer is "set": a wake-up too many is harmless, one too
+    few would leave the action to the sweeper.
+    """
+    global _flag_down_until
+    if time.monotonic() < _flag_down_until:
+        return True
+    try:
+        if op == "set":
+            return bool(_redis().set(WAKE_KEY, "1", nx=True, px=WAKE_TTL_MS))
+        _redis().delete(WAKE_KEY)
+    except Exception as exc:  # boundary: the flag only saves wake-ups; without it, wake anyway
+        _flag_down_until = time.monotonic() + _FLAG_QUIET_AFTER_FAILURE
+        logger.warning("outbox wake-ups are not coalesced for %.0fs (%s)", _FLAG_QUIET_AFTER_FAILURE, exc)
+    return True
 
 
 def _queue_delivery(action_id: int) -> None:
+    """Wake a worker for a due action, unless a wake-up is queued that no worker started on.
+
+    A worker clears the flag before its first claim, so an action committed before the flag
+    was found set is due when that claim looks: it is claimed then, or by a batch after it.
+    """
     from .tasks import deliver
 
+    if not _flag("set"):
+        return
     try:
         deliver.delay(action_id)
     except Exception as exc:  # boundary: a lost wake-up only delays the action; the sweeper re-queues it
+        _flag("clear")  # the next commit tries again
         logger.warning("action #%s: delivery not queued (%s); the sweeper will pick it up", action_id, exc)
 
 
 def enqueue(call: Call) -> Action:
     """Create the action for `call` inside the caller's transaction; wake a worker on commit."""
-    tool = Tool.objects.filter(exposed_name=call.tool_name).only("outbox_max_attempts").first()
+    if Call._meta.get_field("tool").is_cached(call) and call.tool is not None:
+        tool: Tool | None = call.tool  # the row start_call has just read
+    else:
+        tool = Tool.objects.filter(exposed_name=call.tool_name).only("outbox_max_attempts").first()
     max_attempts = (tool.outbox_max_attempts if tool else None) or settings.PATCHBAY_OUTBOX_MAX_ATTEMPTS
     action = Action.objects.create(call=call, max_attempts=max_attempts, next_attempt_at=timezone.now())
     CallEvent.objects.create(call=call, kind="queued", detail={"action": action.pk, "key": action.idempotency_key})
@@ -95,40 +178,141 @@ def _call_status(action_status: str) -> str:
     }[action_status]
 
 
+# --- a few statements for many rows --------------------------------------------------------------
+
+
+def _update_each(queryset: QuerySet[Any], key: str, rows: dict[Any, dict[str, Any]]) -> int:
+    """One UPDATE of the rows of `queryset`, each (found by its `key` value) to its own values.
+
+    A field given the same value for every row is set plainly; otherwise it is a CASE on the
+    key, and a row given no value for it keeps its own.
+    """
+    model: type[Model] = queryset.model
+    names = list(dict.fromkeys(name for values in rows.values() for name in values))
+    changes: dict[str, Any] = {}
+    for name in names:
+        given = [(k, values[name]) for k, values in rows.items() if name in values]
+        first = given[0][1]
+        if len(given) == len(rows) and all(value == first for _, value in given[1:]):
+            changes[name] = first
+            continue
+        field = model._meta.get_field(name)
+        whens = [When(**{key: k}, then=_expression(value, field)) for k, value in given]
+        case: Any = Case(*whens, default=F(name), output_field=field)  # type: ignore[arg-type]
+        if connection.features.requires_casted_case_in_updates:
+            case = Cast(case, output_field=field)  # type: ignore[arg-type]
+        changes[name] = case
+    return queryset.update(**changes)
+
+
+def _expression(value: Any, field: Any) -> Any:
+    if hasattr(value, "resolve_expression"):
+        return value
+    if value is None:
+        return Value(None)  # SQL NULL, as saving None stores it (a JSON field's too, not JSON null)
+    return Value(value, output_field=field)
+
+
+def _returning_ids(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def _announce(changes: list[tuple[Action, Call]]) -> None:
+    """Tell open pages, on commit: one action as ever; a batch in one event per status."""
+    if len(changes) == 1:
+        action, call = changes[0]
+        send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
+        send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
+        return
+    groups: dict[tuple[str, str], list[tuple[Action, Call]]] = defaultdict(list)
+    for action, call in changes:
+        groups[(action.status, call.status)].append((action, call))
+    for (status, call_status), group in groups.items():
+        send_event_on_commit("outbox.changed", {"ids": [a.pk for a, _ in group], "status": status})
+        send_event_on_commit(
+            "call.changed",
+            {
+                "ids": [c.pk for _, c in group],
+                "status": call_status,
+                "tools": sorted({c.tool_name for _, c in group}),
+            },
+        )
+
+
 # --- claiming ---------------------------------------------------------------------------------
+
+
+def _lease(
+    worker: str, now: datetime, until: datetime, limit: int, ids: list[int] | None
+) -> list[tuple[int, int, int]]:
+    """Lease up to `limit` due actions (of `ids`, if given): [(id, call id, attempts)].
+
+    One statement. On PostgreSQL the rows are picked with FOR UPDATE SKIP LOCKED: a row that
+    another claimant has locked is its claim, skipped rather than waited for. SQLite has one
+    writer at a time: the statement is atomic, and the update conditional on the row still
+    being pending.
+    """
+    table = connection.ops.quote_name(Action._meta.db_table)
+    stamp = connection.ops.adapt_datetimefield_value
+    only = f" AND id IN ({', '.join(['%s'] * len(ids))})" if ids else ""
+    pick = (
+        f"SELECT id FROM {table} WHERE status = %s AND next_attempt_at <= %s{only}"
+        " ORDER BY next_attempt_at, id LIMIT %s"
+    )
+    pick_params = [Action.PENDING, stamp(now), *(ids or []), limit]
+    lease_params = [Action.LEASED, stamp(until), worker]
+    if connection.vendor == "postgresql":
+        sql = (
+            f"WITH picked AS MATERIALIZED ({pick} FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {table} AS a SET status = %s, lease_until = %s, leased_by = %s, attempts = a.attempts + 1 "
+            "FROM picked WHERE a.id = picked.id RETURNING a.id, a.call_id, a.attempts"
+        )
+        params = pick_params + lease_params
+    else:
+        sql = (
+            f"UPDATE {table} SET status = %s, lease_until = %s, leased_by = %s, attempts = attempts + 1 "
+            f"WHERE id IN ({pick}) AND status = %s RETURNING id, call_id, attempts"
+        )
+        params = lease_params + pick_params + [Action.PENDING]
+    return [(int(i), int(c), int(n)) for i, c, n in _returning_ids(sql, params)]
+
+
+def claim_batch(worker: str, limit: int | None = None, ids: list[int] | None = None) -> list[Action]:
+    """Take the lease on up to `limit` due actions (only of `ids`, if given), oldest first.
+
+    In one transaction: the lease, an attempt per action, the calls marked running. Returns
+    the actions with their calls loaded; none if nothing is due or someone else has it all.
+    """
+    limit = limit or batch_size()
+    now = timezone.now()
+    until = now + timedelta(seconds=settings.PATCHBAY_OUTBOX_LEASE)
+    with transaction.atomic():
+        taken = _lease(worker, now, until, limit, ids)
+        if not taken:
+            return []
+        Attempt.objects.bulk_create(
+            [Attempt(action_id=i, number=n, worker=worker, started_at=now, outcome="started") for i, _, n in taken]
+        )
+        started = Coalesce(F("started_at"), Value(now, output_field=DateTimeField()))
+        _update_each(
+            Call.objects.filter(pk__in=[c for _, c, _ in taken]),
+            "pk",
+            {c: {"status": Call.RUNNING, "attempts": n, "started_at": started} for _, c, n in taken},
+        )
+        batch = sorted(
+            Action.objects.select_related("call").filter(pk__in=[i for i, _, _ in taken]).order_by(),
+            key=lambda a: (a.next_attempt_at, a.pk),
+        )
+        _announce([(action, action.call) for action in batch])
+    return batch
 
 
 def claim(action_id: int, worker: str) -> Action | None:
     """Take the lease on a due action, or None if it is not due or someone else has it."""
-    now = timezone.now()
-    lease_until = now + timedelta(seconds=settings.PATCHBAY_OUTBOX_LEASE)
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            # Lock the row only if nobody else holds it; a busy row is someone else's claim.
-            row = (
-                Action.objects.select_for_update(skip_locked=True)
-                .filter(pk=action_id, status=Action.PENDING, next_attempt_at__lte=now)
-                .first()
-            )
-            if row is None:
-                return None
-        # A conditional update: exactly one claimant sees a row count of 1.
-        taken = Action.objects.filter(pk=action_id, status=Action.PENDING, next_attempt_at__lte=now).update(
-            status=Action.LEASED, lease_until=lease_until, leased_by=worker, attempts=F("attempts") + 1
-        )
-        if taken != 1:
-            return None
-        action = Action.objects.select_related("call").get(pk=action_id)
-        Attempt.objects.create(action=action, number=action.attempts, worker=worker, started_at=now, outcome="started")
-        call = action.call
-        call.status = Call.RUNNING
-        call.attempts = action.attempts
-        if call.started_at is None:
-            call.started_at = now
-        call.save(update_fields=["status", "attempts", "started_at"])
-        send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
-        send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
-    return action
+    batch = claim_batch(worker, 1, ids=[action_id])
+    return batch[0] if batch else None
 
 
 # --- delivering --------------------------------------------------------------------------------
@@ -158,50 +342,151 @@ def _arguments(call: Call, tool: Tool | None, key: str) -> tuple[dict[str, Any],
     return args, key
 
 
-def deliver(action_id: int, worker: str = "") -> str:
-    """One delivery attempt; returns what became of the action."""
+@dataclass
+class _Send:
+    """One request to make: the action's call, with its arguments and key."""
+
+    index: int
+    server: Server
+    tool: str
+    arguments: dict[str, Any]
+    key: str
+
+
+def _send_all(sends: list[_Send]) -> dict[int, tuple[Any, float]]:
+    """Make the requests concurrently through the pool: {index: (result or exception, seconds)}."""
     from hostapp.catalog.pool import pool_for
 
-    worker = worker or f"pid-{__import__('os').getpid()}"
-    action = claim(action_id, worker)
-    if action is None:
-        return "not-claimed"
-    call = action.call
-    tool = Tool.objects.select_related("server").filter(exposed_name=call.tool_name).first()
-    started = time.perf_counter()
-    outcome: Outcome
-    if tool is None or tool.status != Tool.ACTIVE or tool.definition_hash != call.definition_hash:
-        why = (
-            "is gone from the catalog"
-            if tool is None
-            else ("is quarantined" if tool.status != Tool.ACTIVE else "changed its definition since the call was made")
-        )
-        failure = McpFailure("protocol", f"not delivered: the tool {why}", transient=False, reason="tool_changed")
-        outcome = Outcome("dead", error=failure.as_dict())
-    elif not tool.server.enabled:
-        failure = transport_error(f"{tool.server.name} is disabled", reason="disabled")
-        outcome = _classify(action, tool, failure)
-    else:
-        pool = pool_for(tool.server)
-        arguments, key = _arguments(call, tool, action.idempotency_key)
-        try:
-            result = pool.call_tool(
-                tool.server.name,
-                call.original_name,
-                arguments,
-                timeout=settings.PATCHBAY_OUTBOX_CALL_TIMEOUT,
-                meta={IDEMPOTENCY_META_KEY: key},
-            )
-        except McpFailure as failure:
-            outcome = _classify(action, tool, failure)
+    timeout = settings.PATCHBAY_OUTBOX_CALL_TIMEOUT
+    out: dict[int, tuple[Any, float]] = {}
+    pools: dict[str, Any] = {}
+    groups: dict[int, tuple[Any, list[_Send]]] = {}
+    for send in sends:
+        if send.server.name not in pools:
+            try:
+                pools[send.server.name] = pool_for(send.server)
+            except Exception as exc:  # noqa: BLE001 - handed back as the outcome of its requests
+                pools[send.server.name] = exc
+        pool = pools[send.server.name]
+        if isinstance(pool, Exception):
+            out[send.index] = (pool, 0.0)
         else:
-            failure = result_failure(result, call.original_name)
-            if failure is None:
-                outcome = Outcome("done", result=result)
-            else:
-                # A tool error is the tool's answer: sending it again gets the same one.
-                outcome = Outcome("dead", result=result, error=failure.as_dict())
-    return record(action, worker, outcome, time.perf_counter() - started)
+            groups.setdefault(id(pool), (pool, []))[1].append(send)
+
+    async def one(pool: Any, send: _Send) -> tuple[Any, float]:
+        started = time.perf_counter()
+        try:
+            result = await pool.acall_tool(
+                send.server.name, send.tool, send.arguments, timeout=timeout, meta={IDEMPOTENCY_META_KEY: send.key}
+            )
+        except Exception as exc:  # noqa: BLE001 - handed back as this request's outcome
+            return exc, time.perf_counter() - started
+        return result, time.perf_counter() - started
+
+    async def every(pool: Any, group: list[_Send]) -> list[tuple[Any, float]]:
+        return await asyncio.gather(*(one(pool, send) for send in group))
+
+    for pool, group in groups.values():
+        started = time.perf_counter()
+        try:
+            # What Pool.call_tool allows: each request has its own deadlines inside the pool.
+            answers = pool.run(every(pool, group), timeout=timeout + _CONNECT_TIMEOUT + 5)
+        except Exception as exc:  # noqa: BLE001 - the pool did not answer: each request's outcome
+            answers = [(exc, time.perf_counter() - started)] * len(group)
+        for send, answer in zip(group, answers, strict=True):
+            out[send.index] = answer
+    return out
+
+
+def deliver_claimed(batch: list[Action], worker: str) -> list[str]:
+    """Deliver claimed actions concurrently and record their outcomes in one transaction.
+
+    Returns what became of each (done, retry, dead, unknown, lease-lost). A request that
+    failed in an unexpected way (not an MCP failure) is not recorded: its action stays leased
+    until the sweeper reclaims it, as a worker that died would leave it, and the error is
+    raised once the others are recorded.
+    """
+    names = {action.call.tool_name for action in batch}
+    tools = {t.exposed_name: t for t in Tool.objects.select_related("server").filter(exposed_name__in=names)}
+    outcomes: dict[int, tuple[Outcome, float]] = {}
+    sends: list[_Send] = []
+    for index, action in enumerate(batch):
+        call = action.call
+        tool = tools.get(call.tool_name)
+        if tool is None or tool.status != Tool.ACTIVE or tool.definition_hash != call.definition_hash:
+            why = (
+                "is gone from the catalog"
+                if tool is None
+                else (
+                    "is quarantined" if tool.status != Tool.ACTIVE else "changed its definition since the call was made"
+                )
+            )
+            failure = McpFailure("protocol", f"not delivered: the tool {why}", transient=False, reason="tool_changed")
+            outcomes[index] = (Outcome("dead", error=failure.as_dict()), 0.0)
+        elif not tool.server.enabled:
+            failure = transport_error(f"{tool.server.name} is disabled", reason="disabled")
+            outcomes[index] = (_classify(action, tool, failure), 0.0)
+        else:
+            arguments, key = _arguments(call, tool, action.idempotency_key)
+            sends.append(_Send(index, tool.server, call.original_name, arguments, key))
+    unexpected: list[Exception] = []
+    answers = _send_all(sends) if sends else {}
+    for index, (answer, seconds) in answers.items():
+        action = batch[index]
+        tool = tools[action.call.tool_name]
+        if isinstance(answer, McpFailure):
+            outcomes[index] = (_classify(action, tool, answer), seconds)
+        elif isinstance(answer, Exception):
+            unexpected.append(answer)
+        else:
+            failure = result_failure(answer, action.call.original_name)
+            # A tool error is the tool's answer: sending it again gets the same one.
+            outcomes[index] = (
+                Outcome("done", result=answer)
+                if failure is None
+                else Outcome("dead", result=answer, error=failure.as_dict()),
+                seconds,
+            )
+    order = sorted(outcomes)
+    recorded = record_batch(worker, [(batch[i], *outcomes[i]) for i in order]) if order else []
+    if unexpected:
+        if len(unexpected) > 1:
+            logger.error("%d requests of a batch failed unexpectedly; the first follows", len(unexpected))
+        raise unexpected[0]
+    return recorded
+
+
+def deliver(action_id: int, worker: str = "") -> str:
+    """One delivery attempt of this action; returns what became of it."""
+    worker = worker or f"pid-{os.getpid()}"
+    batch = claim_batch(worker, 1, ids=[action_id])
+    if not batch:
+        return "not-claimed"
+    return deliver_claimed(batch, worker)[0]
+
+
+def drain(worker: str, *, limit: int | None = None, seconds: float = DRAIN_SECONDS) -> dict[str, int]:
+    """What a wake-up does: claim and deliver due actions, a batch at a time, until a claim
+    finds less than a full batch (or `seconds` have passed). Returns how many became what."""
+    limit = limit or batch_size()
+    # Cleared before the first claim: an action committed from now on wakes a worker again.
+    _flag("clear")
+    counts: dict[str, int] = defaultdict(int)
+    deadline = time.monotonic() + seconds
+    while True:
+        batch = claim_batch(worker, limit)
+        full = len(batch) == limit
+        if full:
+            _queue_delivery(0)  # more may be due: another worker thread takes the next batch meanwhile
+        if batch:
+            try:
+                for status in deliver_claimed(batch, worker):
+                    counts[status] += 1
+            except Exception:  # boundary: its actions wait for the sweeper; the next batch goes on
+                logger.exception("outbox: a batch of %d actions was not fully delivered", len(batch))
+                counts["error"] += 1
+        if not full or time.monotonic() >= deadline:
+            return dict(counts)
 
 
 def _classify(action: Action, tool: Tool | None, failure: McpFailure) -> Outcome:
@@ -217,67 +502,133 @@ def _classify(action: Action, tool: Tool | None, failure: McpFailure) -> Outcome
     return Outcome("retry", error=error)
 
 
-def record(action: Action, worker: str, outcome: Outcome, seconds: float) -> str:
-    """Store an attempt's outcome, if this worker still holds the lease."""
+# --- recording ---------------------------------------------------------------------------------
+
+_ACTION_STATUS = {"done": Action.DONE, "retry": Action.PENDING, "dead": Action.DEAD, "unknown": Action.UNKNOWN}
+_EVENT_KIND = {"done": "succeeded", "retry": "retry_scheduled", "dead": "dead_lettered", "unknown": "outcome_unknown"}
+
+
+def _close_leases(worker: str, now: datetime, items: list[tuple[Action, Outcome, float]]) -> set[int]:
+    """Give each action its outcome if this worker still holds its lease: the ids that it held.
+
+    The lease is held while the action is leased by `worker` with the attempt number of the
+    claim (another thread of the same worker may have claimed it again after the sweeper).
+    The done ones in one conditional UPDATE; each of the others (their errors and retry
+    times differ) in one of its own.
+    """
+    held: set[int] = set()
+    done = [action for action, outcome, _ in items if outcome.status == "done"]
+    if done:
+        table = connection.ops.quote_name(Action._meta.db_table)
+        mine = " OR ".join(["(id = %s AND attempts = %s)"] * len(done))
+        rows = _returning_ids(
+            f"UPDATE {table} SET status = %s, lease_until = NULL, last_error = NULL, done_at = %s "
+            f"WHERE status = %s AND leased_by = %s AND ({mine}) RETURNING id",
+            [
+                Action.DONE,
+                connection.ops.adapt_datetimefield_value(now),
+                Action.LEASED,
+                worker,
+                *(v for action in done for v in (action.pk, action.attempts)),
+            ],
+        )
+        held.update(int(i) for (i,) in rows)
+    for action, outcome, _ in items:
+        if outcome.status == "done":
+            continue
+        values: dict[str, Any] = {
+            "status": _ACTION_STATUS[outcome.status],
+            "lease_until": None,
+            "last_error": outcome.error,
+        }
+        if outcome.status == "retry":
+            values["next_attempt_at"] = now + timedelta(seconds=backoff(action.attempts))
+            values["queued_at"] = now
+        mine_only = Action.objects.filter(
+            pk=action.pk, status=Action.LEASED, leased_by=worker, attempts=action.attempts
+        )
+        if mine_only.update(**values) == 1:
+            held.add(action.pk)
+            for name, value in values.items():
+                setattr(action, name, value)
+    return held
+
+
+def record_batch(worker: str, items: list[tuple[Action, Outcome, float]]) -> list[str]:
+    """Store the outcomes of attempts (action, outcome, seconds) in one transaction, each only
+    if this worker still holds the action's lease. Returns each outcome, or "lease-lost"."""
     now = timezone.now()
     with transaction.atomic():
-        current = Action.objects.select_for_update().select_related("call").get(pk=action.pk)
-        if current.status != Action.LEASED or current.leased_by != worker or current.attempts != action.attempts:
-            # The lease ran out and the sweeper took the action back: its verdict stands.
-            logger.warning("action #%s: lease lost before the outcome was recorded", action.pk)
-            return "lease-lost"
-        status = {"done": Action.DONE, "retry": Action.PENDING, "dead": Action.DEAD, "unknown": Action.UNKNOWN}[
-            outcome.status
-        ]
-        current.status = status
-        current.lease_until = None
-        current.last_error = outcome.error
-        fields = ["status", "lease_until", "last_error"]
-        if status == Action.PENDING:
-            current.next_attempt_at = now + timedelta(seconds=backoff(current.attempts))
-            current.queued_at = now
-            fields += ["next_attempt_at", "queued_at"]
+        held = _close_leases(worker, now, items)
+        mine = [(action, outcome, seconds) for action, outcome, seconds in items if action.pk in held]
+        for action, _, _ in items:
+            if action.pk not in held:
+                # The lease ran out and the sweeper took the action back: its verdict stands.
+                logger.warning("action #%s: lease lost before the outcome was recorded", action.pk)
+        if mine:
+            _finish(worker, now, mine)
+    return [outcome.status if action.pk in held else "lease-lost" for action, outcome, _ in items]
+
+
+def _finish(worker: str, now: datetime, items: list[tuple[Action, Outcome, float]]) -> None:
+    """The rest of recording held leases: the attempts, the calls, their events, the hooks."""
+    _update_each(
+        Attempt.objects.filter(reduce(or_, (Q(action_id=a.pk, number=a.attempts) for a, _, _ in items))),
+        "action_id",
+        {a.pk: {"finished_at": now, "outcome": o.status, "error": o.error} for a, o, _ in items},
+    )
+    calls: dict[int, dict[str, Any]] = {}
+    events = []
+    hooks = []
+    for action, outcome, seconds in items:
+        status = _ACTION_STATUS[outcome.status]
         if status == Action.DONE:
-            current.done_at = now
-            fields.append("done_at")
-        current.save(update_fields=fields)
-        Attempt.objects.filter(action=current, number=current.attempts).update(
-            finished_at=now, outcome=outcome.status, error=outcome.error
-        )
-        call = current.call
+            action.status, action.lease_until, action.last_error, action.done_at = status, None, None, now
+        call = action.call
         call.status = _call_status(status)
-        call.attempts = current.attempts
-        if outcome.result is not None:
-            call.result = outcome.result
+        call.attempts = action.attempts
         call.error = outcome.error
         call.is_error = outcome.status != "done"
         call.duration_ms = round(seconds * 1000, 2)
+        values = {
+            "status": call.status,
+            "attempts": call.attempts,
+            "error": call.error,
+            "is_error": call.is_error,
+            "duration_ms": call.duration_ms,
+        }
+        if outcome.result is not None:
+            call.result = values["result"] = outcome.result
         if status in (Action.DONE, Action.DEAD, Action.UNKNOWN):
-            call.finished_at = now
-        call.save(update_fields=["status", "attempts", "result", "error", "is_error", "duration_ms", "finished_at"])
-        CallEvent.objects.create(
-            call=call,
-            kind={
-                "done": "succeeded",
-                "retry": "retry_scheduled",
-                "dead": "dead_lettered",
-                "unknown": "outcome_unknown",
-            }[outcome.status],
-            actor=worker,
-            detail={
-                "attempt": current.attempts,
-                "error": outcome.error,
-                "next_attempt_at": current.next_attempt_at.isoformat() if status == Action.PENDING else None,
-            },
+            call.finished_at = values["finished_at"] = now
+        calls[call.pk] = values
+        events.append(
+            CallEvent(
+                call=call,
+                kind=_EVENT_KIND[outcome.status],
+                actor=worker,
+                detail={
+                    "attempt": action.attempts,
+                    "error": outcome.error,
+                    "next_attempt_at": action.next_attempt_at.isoformat() if status == Action.PENDING else None,
+                },
+            )
         )
-        send_event_on_commit("outbox.changed", {"id": current.pk, "status": current.status})
-        send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
         if status == Action.PENDING:
-            delay = max(0.0, (current.next_attempt_at - now).total_seconds())
-            transaction.on_commit(lambda: _queue_retry(current.pk, delay))
+            delay = max(0.0, (action.next_attempt_at - now).total_seconds())
+            hooks.append(lambda a=action.pk, d=delay: _queue_retry(a, d))
         if status == Action.DEAD:
-            transaction.on_commit(lambda: _alert(current.pk))
-    return outcome.status
+            hooks.append(lambda a=action.pk: _alert(a))
+    _update_each(Call.objects.filter(pk__in=list(calls)), "pk", calls)
+    CallEvent.objects.bulk_create(events)
+    _announce([(action, action.call) for action, _, _ in items])
+    for hook in hooks:
+        transaction.on_commit(hook)
+
+
+def record(action: Action, worker: str, outcome: Outcome, seconds: float) -> str:
+    """Store an attempt's outcome, if this worker still holds the lease."""
+    return record_batch(worker, [(action, outcome, seconds)])[0]
 
 
 def _queue_retry(action_id: int, delay: float) -> None:

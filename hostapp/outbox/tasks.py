@@ -16,11 +16,12 @@ logger = logging.getLogger(__name__)
 
 
 # acks_late + reject_on_worker_lost: a worker killed mid-task gives the message back.
-# The task is safe to run twice: only one run can claim the action.
+# The task is safe to run twice, or for nothing: only one run can claim an action.
 @shared_task(name="hostapp.outbox.deliver", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def deliver(action_id: int) -> str:
+def deliver(action_id: int = 0) -> dict[str, int]:
+    """A wake-up (for `action_id`, or 0: whatever is due): deliver the due actions, in batches."""
     worker = f"{deliver.request.hostname or socket.gethostname()}"
-    return actions.deliver(action_id, worker=worker)
+    return actions.drain(worker)
 
 
 @shared_task(name="hostapp.outbox.sweep", ignore_result=True)

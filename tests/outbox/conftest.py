@@ -245,8 +245,13 @@ class OwnRedis:
 
 
 @contextlib.contextmanager
-def broker(redis_url: str) -> Iterator[None]:
-    """Point this process's queueing (the Celery app, the settings) at another Redis."""
+def broker(redis_url: str, settings: Any = None) -> Iterator[None]:
+    """Point this process's queueing (the Celery app, the settings) at another Redis.
+
+    With pytest-django's `settings` fixture, the settings are changed through it: it undoes
+    every change a test made in reverse order, so none outlives the test (an override_settings
+    of our own, undone before a later change of the test's, would leak into the next tests).
+    """
     from kombu import pools
 
     from hostapp.celery import app
@@ -263,10 +268,15 @@ def broker(redis_url: str) -> Iterator[None]:
     reset_pools()
     app.conf.broker_url = broker_url
     try:
-        from django.test import override_settings
-
-        with override_settings(REDIS_URL=redis_url, CELERY_BROKER_URL=broker_url):
+        if settings is not None:
+            settings.REDIS_URL = redis_url
+            settings.CELERY_BROKER_URL = broker_url
             yield
+        else:
+            from django.test import override_settings
+
+            with override_settings(REDIS_URL=redis_url, CELERY_BROKER_URL=broker_url):
+                yield
     finally:
         reset_pools()
         app.conf.broker_url = old
@@ -313,10 +323,10 @@ def _own_redis() -> Iterator[OwnRedis]:
 
 
 @pytest.fixture
-def wakeups(_own_redis: OwnRedis) -> Iterator[Wakeups]:
+def wakeups(_own_redis: OwnRedis, settings: Any) -> Iterator[Wakeups]:
     """Queue this test's tasks to a Redis of its own (empty at the start) and read them back."""
     seen = Wakeups(_own_redis)
     seen.clear()
-    with broker(_own_redis.url):
+    with broker(_own_redis.url, settings):
         yield seen
     seen.client.close()

@@ -1,7 +1,8 @@
 """The outbox survives dying workers and a Redis restart: real worker processes, a real server.
 
 300 writes to the bundled tasks server go through the outbox (started from a thread while the
-workers run) and a real `celery -A hostapp worker --pool threads --concurrency 4` drains them.
+workers run, at most 40 ahead of the deliveries) and a real
+`celery -A hostapp worker --pool threads --concurrency 4` drains them.
 The test SIGKILLs the worker's process group five times mid-drain (each time after it completed
 some actions and while it holds a lease) and starts a new one; it runs the sweeper itself
 (`actions.sweep()`, what beat runs every 5 s). Leases are 5 s, in the workers and here.
@@ -41,6 +42,10 @@ ACTIONS = 300
 KILLS = 5
 # Each worker incarnation completes at least this many actions before it is killed.
 PROGRESS_PER_LIFE = 30
+# The calls are started at most this far ahead of the deliveries, so that a backlog is left
+# for every incarnation: a worker that drains in batches would otherwise finish the 300 before
+# the fifth kill.
+AHEAD = 40
 LEASE = 5
 # Generous: a loaded CI machine is slow; on a quiet one each test takes about a minute.
 DEADLINE = 240.0
@@ -124,15 +129,20 @@ class Sweeper:
 
 
 class Enqueuer(threading.Thread):
-    """Starts the 300 calls from the CLI's side while the workers drain (and die)."""
+    """Starts the 300 calls from the CLI's side while the workers drain (and die), at most
+    AHEAD of the deliveries."""
 
     def __init__(self) -> None:
         super().__init__(name="enqueuer", daemon=True)
         self.error: BaseException | None = None
+        self.stop = threading.Event()
 
     def run(self) -> None:
         try:
             for i in range(ACTIONS):
+                while Action.objects.exclude(status=Action.DONE).count() >= AHEAD:
+                    if self.stop.wait(0.05):
+                        return  # the test is over
                 call = start("tasks__add", {"title": f"crash task {i:03d}"})
                 assert call.status == "queued", call.status
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
@@ -202,8 +212,11 @@ def drain_with_kills(
                     progress(worker, PROGRESS_PER_LIFE)
             worker.kill()
         final = workers[-1]
-        enqueuer.join(timeout=remaining())
-        assert not enqueuer.is_alive(), "the calls were not all started in time"
+        # The last calls wait for deliveries, and those for the sweeper to reclaim what the
+        # killed worker held: sweep meanwhile.
+        with contextlib.suppress(AssertionError):
+            wait_until(sweeper.while_waiting(lambda: not enqueuer.is_alive()), timeout=remaining(), interval=0.1)
+        assert not enqueuer.is_alive(), f"the calls were not all started in time ({status_counts()})"
         if enqueuer.error is not None:
             raise enqueuer.error
         wait_until(
@@ -213,6 +226,7 @@ def drain_with_kills(
             what=f"every action to be done ({status_counts()})\n{final.output()[-3000:]}",
         )
     finally:
+        enqueuer.stop.set()
         enqueuer.join(timeout=60)
         for worker in workers:
             worker.stop()
