@@ -62,7 +62,7 @@ def rotate_all() -> int:
     written = 0
     with transaction.atomic():
         for model, names in encrypted_fields():
-            for row in model.objects.values("pk", *names).iterator():
+            for row in list(model.objects.values("pk", *names)):
                 values = {name: row[name] for name in names}
                 model.objects.filter(pk=row["pk"]).update(**values)
                 written += sum(1 for v in values.values() if v not in (None, ""))
