@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -30,3 +31,16 @@ def admin_client(admin_user: User) -> Client:
     client = Client()
     client.force_login(admin_user)
     return client
+
+
+@pytest.fixture(autouse=True)
+def _fresh_channel_layer() -> Iterator[None]:
+    """Each test gets its own channel layer. The layer keeps asyncio locks and buffers made on
+    the event loop that first used it; a consumer cancelled mid-receive in one test (each
+    async test has its own loop) can leave the receive lock held and bound to a closed
+    loop, and every later socket then fails with "bound to a different event loop".
+    A web process has one loop for its whole life, so this is the tests' concern only."""
+    yield
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
