@@ -15,7 +15,8 @@ import threading
 import time
 from typing import Any
 
-from channels.layers import get_channel_layer
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import channel_layers
 from django.db import transaction
 
 from .consumers import LIVE_GROUP
@@ -42,7 +43,10 @@ def _drain() -> None:
     global _down_until
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    layer = get_channel_layer()
+    # A layer of its own: the process's shared one belongs to the consumers' event loop.
+    layer = (
+        channel_layers.make_backend(DEFAULT_CHANNEL_LAYER) if DEFAULT_CHANNEL_LAYER in channel_layers.configs else None
+    )
     while True:
         item = _queue.get()
         if item is None:
