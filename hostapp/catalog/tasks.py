@@ -6,7 +6,8 @@ import logging
 import random
 
 from celery import shared_task
-from django.conf import settings
+
+from hostapp.core.redis_client import redis_client
 
 from .models import Server
 
@@ -22,10 +23,8 @@ def _queued_key(name: str) -> str:
 
 def queue_refresh(name: str, reason: str = "", countdown: float = 0.5) -> bool:
     """Ask a worker to refresh `name` soon; bursts of requests coalesce into one."""
-    import redis
-
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+        client = redis_client()
         # One queued refresh per server is enough while it waits: the listing is complete. The
         # mark goes when the refresh starts (a request after that needs a new listing) or
         # after a few seconds (a lost message).
@@ -42,12 +41,10 @@ def queue_refresh(name: str, reason: str = "", countdown: float = 0.5) -> bool:
 
 @shared_task(name="hostapp.catalog.refresh_server", ignore_result=True)
 def refresh_server_task(name: str) -> None:
-    import redis
-
     from . import actions
 
     try:
-        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2).delete(_queued_key(name))
+        redis_client().delete(_queued_key(name))
     except Exception as exc:  # boundary: the mark expires on its own
         logger.debug("could not clear the refresh mark of %s: %s", name, exc)
     server = Server.objects.filter(name=name).first()

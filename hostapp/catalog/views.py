@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import permission_required, user_passes_test
+from django.contrib.auth.decorators import permission_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from hostapp.calls.policy import decide
-from hostapp.core.views import safe_next
+from hostapp.core.views import safe_next, staff_required
 from hostapp.mcp.config import ConfigError
 
 from . import actions
@@ -21,8 +21,6 @@ from .forms import ServerForm
 from .models import CLASS_CHOICES, Server, Tool
 from .schema import schema_tree
 from .tasks import queue_refresh
-
-staff_required = user_passes_test(lambda u: u.is_staff)
 
 CATALOG_PAGE_SIZE = 100
 

@@ -3,13 +3,16 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.decorators import login_not_required, user_passes_test
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from .models import WorkerHeartbeat
+
+# For views only administrators may use (anyone else is sent to log in).
+staff_required = user_passes_test(lambda u: u.is_staff)
 
 # A worker that has not pinged for this long is shown as missing.
 HEARTBEAT_STALE_AFTER = timedelta(seconds=60)

@@ -1,18 +1,16 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.decorators import user_passes_test
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from hostapp.catalog.models import Server
+from hostapp.core.views import staff_required
 
 from . import tokens
 from .models import AgentToken
-
-staff_required = user_passes_test(lambda u: u.is_staff)
 
 
 @staff_required

@@ -173,16 +173,12 @@ def _connected(flow_pk: int) -> None:
     with transaction.atomic():
         flow = AuthorizationFlow.objects.select_related("server").get(pk=flow_pk)
         credential, _ = Credential.objects.select_for_update().get_or_create(server=flow.server)
-        if credential.status != Credential.CONNECTED:
-            # The server let the handshake through without asking for a token.
-            flow.status, flow.error = AuthorizationFlow.DONE, ""
-            flow.save(update_fields=["status", "error", "updated_at"])
-            if not credential.tokens:
-                return
-        credential.stamp = secrets.token_hex(8)
-        credential.save(update_fields=["stamp", "updated_at"])
         flow.status, flow.error = AuthorizationFlow.DONE, ""
         flow.save(update_fields=["status", "error", "updated_at"])
+        if credential.status != Credential.CONNECTED:
+            return  # the server let the handshake through without asking for a token
+        credential.stamp = secrets.token_hex(8)
+        credential.save(update_fields=["stamp", "updated_at"])
         _credentials_changed(flow.server)
     catalog_actions.request_refresh([flow.server.name], reason="connected")
 

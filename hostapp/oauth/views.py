@@ -4,18 +4,17 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_not_required, user_passes_test
+from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from hostapp.catalog.models import Server
+from hostapp.core.views import staff_required
 
 from . import flows
 from .models import AuthorizationFlow
 from .store import CALLBACK_PATH, client_metadata_url, default_redirect_uri
-
-staff_required = user_passes_test(lambda u: u.is_staff)
 
 
 def _redirect_uri(request: HttpRequest) -> str:

@@ -20,7 +20,6 @@ import dataclasses
 import logging
 import os
 import random
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from hostapp.calls.models import Call, CallEvent
 from hostapp.catalog.actions import applied_annotations
 from hostapp.catalog.models import Server, Tool
 from hostapp.core.events import send_event_on_commit
+from hostapp.core.redis_client import redis_client
 from hostapp.mcp import McpFailure, ServerConfig, result_failure
 from hostapp.mcp.errors import transport_error
 
@@ -74,23 +74,11 @@ def batch_size() -> int:
 
 # --- wake-ups ------------------------------------------------------------------------------------
 
-_redis_lock = threading.Lock()
-_redis_clients: dict[str, Any] = {}
 _flag_down_until = 0.0
 
 
 def _redis() -> Any:
-    url = settings.REDIS_URL
-    client = _redis_clients.get(url)
-    if client is None:
-        import redis
-
-        with _redis_lock:
-            client = _redis_clients.get(url)
-            if client is None:
-                client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-                _redis_clients[url] = client
-    return client
+    return redis_client()
 
 
 def _flag(op: str) -> bool:
