@@ -39,8 +39,13 @@ def _fresh_channel_layer() -> Iterator[None]:
     the event loop that first used it; a consumer cancelled mid-receive in one test (each
     async test has its own loop) can leave the receive lock held and bound to a closed
     loop, and every later socket then fails with "bound to a different event loop".
-    A web process has one loop for its whole life, so this is the tests' concern only."""
+    A web process has one loop for its whole life, so this is the tests' concern only.
+    The events a test queued leave before the next test starts (they are sent in batches)."""
     yield
     from channels.layers import channel_layers
+
+    from hostapp.core import events
+
+    events.flush(timeout=2.0)
 
     channel_layers.backends.clear()

@@ -90,6 +90,21 @@ def _broadcast(call: Call) -> None:
     send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
 
 
+# What starting a call reads of its tool and server (the rest loads if something asks).
+_CALL_TOOL_FIELDS = (
+    "exposed_name",
+    "original_name",
+    "status",
+    "quarantine_reason",
+    "effective_class",
+    "definition",
+    "definition_hash",
+    "server__name",
+    "server__enabled",
+    "server__config_changed_at",
+)
+
+
 def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: bool = True) -> Call:
     """Record a call and act on the policy: run it, queue it, hold it for approval, or refuse it.
 
@@ -98,7 +113,13 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
     """
     from hostapp.outbox import actions as outbox
 
-    tool = Tool.objects.select_related("server").filter(exposed_name=tool_name).first()
+    tool = (
+        Tool.objects.select_related("server")
+        .only(*_CALL_TOOL_FIELDS)
+        .filter(exposed_name=tool_name)
+        .order_by()
+        .first()
+    )
     if tool is None or (requester.agent is not None and not requester.agent.may_use(tool.server.name)):
         raise CallError(f"no tool named {tool_name!r}", status=404)
     errors = validate_arguments(tool.input_schema, arguments)
@@ -162,11 +183,11 @@ async def arun_now(call: Call) -> Call:
     """:func:`run_now` for async callers: the upstream call is awaited, no thread waits on it."""
     from asgiref.sync import sync_to_async
 
-    from hostapp.catalog.pool import pool_for
+    from hostapp.catalog.pool import current_pool, pool_for
 
     tool = call.tool
     assert tool is not None
-    pool = await sync_to_async(pool_for, thread_sensitive=False)(tool.server)
+    pool = current_pool(tool.server) or await sync_to_async(pool_for, thread_sensitive=False)(tool.server)
     started = time.perf_counter()
     result: dict[str, Any] | None = None
     try:

@@ -31,7 +31,10 @@ class Decision:
 
 def rule_for(tool: Tool) -> Rule | None:
     rules = {
-        r.tool_name: r for r in Rule.objects.filter(server_name=tool.server.name, tool_name__in=["", tool.exposed_name])
+        r.tool_name: r
+        for r in Rule.objects.filter(server_name=tool.server.name, tool_name__in=["", tool.exposed_name])
+        .order_by()
+        .only("tool_name", "action", "reason")
     }
     return rules.get(tool.exposed_name) or rules.get("")
 

@@ -74,9 +74,19 @@ def pool_for(server: Server) -> Pool:
     """The pool, with this server's current configuration in it."""
     pool = get_pool()
     if _versions.get(server.name) != server.config_changed_at:
+        if server.get_deferred_fields():  # a row read for a call carries only what the call needs
+            server = Server.objects.get(pk=server.pk)
         pool.upsert(runtime_config(server))
         _versions[server.name] = server.config_changed_at
     return pool
+
+
+def current_pool(server: Server) -> Pool | None:
+    """The pool if it already runs this server's configuration (no database, no lock wait)."""
+    pool = _pool
+    if pool is not None and _versions.get(server.name) == server.config_changed_at:
+        return pool
+    return None
 
 
 def sync(servers: Iterable[Server]) -> Pool:

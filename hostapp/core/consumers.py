@@ -29,6 +29,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def live_event(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": event["kind"], "data": event.get("data", {})})
 
+    async def live_events(self, message: dict[str, Any]) -> None:
+        """A batch from one process's event sender: each event is its own frame, as ever."""
+        for event in message.get("events", ()):
+            await self.send_json({"type": event["kind"], "data": event.get("data", {})})
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         action = content.get("action") if isinstance(content, dict) else None
         if action not in ("approve", "deny"):

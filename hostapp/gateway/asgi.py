@@ -71,14 +71,19 @@ TOKEN_CACHE_SECONDS = 5.0
 _token_cache: dict[str, tuple[float, AgentInfo | None]] = {}
 
 
+def _cached(key: str) -> tuple[float, AgentInfo | None] | None:
+    hit = _token_cache.get(key)
+    return hit if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_SECONDS else None
+
+
 def _authenticate(token: str) -> AgentInfo | None:
     from .models import hash_token
     from .tokens import authenticate
 
     key = hash_token(token)
     now = time.monotonic()
-    hit = _token_cache.get(key)
-    if hit is not None and now - hit[0] < TOKEN_CACHE_SECONDS:
+    hit = _cached(key)
+    if hit is not None:
         return hit[1]
     agent = authenticate(token)
     info = AgentInfo(agent.pk, agent.name, tuple(agent.servers or ())) if agent is not None else None
@@ -86,6 +91,16 @@ def _authenticate(token: str) -> AgentInfo | None:
         _token_cache.clear()
     _token_cache[key] = (now, info)
     return info
+
+
+async def _agent_for(token: str) -> AgentInfo | None:
+    """The token's agent: from the cache on the loop, from the database in a thread."""
+    from .models import hash_token
+
+    hit = _cached(hash_token(token))
+    if hit is not None:
+        return hit[1]
+    return await sync_to_async(_authenticate, thread_sensitive=False)(token)
 
 
 class GatewayApp:
@@ -109,6 +124,10 @@ class GatewayApp:
     async def _run(self) -> None:
         assert self._ready is not None
         async with self.gateway.server.session_manager.run():
+            try:
+                await self.gateway.catalog.entries()  # in memory before the first call
+            except Exception:  # boundary: the first call that needs it loads it, or says why
+                logger.exception("the agents' endpoint could not load the catalog")
             self._ready.set()
             await self._follow_catalog()
 
@@ -145,11 +164,7 @@ class GatewayApp:
             return
         auth = headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
-        agent = (
-            await sync_to_async(_authenticate, thread_sensitive=False)(token.strip())
-            if scheme.lower() == "bearer"
-            else None
-        )
+        agent = await _agent_for(token.strip()) if scheme.lower() == "bearer" else None
         if agent is None:
             await _respond(
                 send,

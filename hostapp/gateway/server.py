@@ -137,11 +137,18 @@ class CatalogCache:
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] | None = None
+        # The last list loaded, kept through an invalidation: what synchronous readers see.
+        self._last: dict[str, Entry] = {}
         self._loaded_at = 0.0
         self._lock = asyncio.Lock()
 
     def invalidate(self) -> None:
         self._entries = None
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """A tool's input schema from memory, without waiting for a reload (None: unknown)."""
+        entry = self._last.get(name)
+        return entry.tool.input_schema if entry is not None else None
 
     def fingerprint(self) -> int | None:
         """What agents see of the catalog, to tell a real change from a notice about nothing."""
@@ -156,6 +163,7 @@ class CatalogCache:
         async with self._lock:
             if self._entries is None or time.monotonic() - self._loaded_at >= CATALOG_TTL:
                 self._entries = await sync_to_async(_load_catalog, thread_sensitive=False)()
+                self._last = self._entries
                 self._loaded_at = time.monotonic()
             return self._entries
 
@@ -234,6 +242,9 @@ class Gateway:
                 "Calls that change things may wait for a person's approval or be queued; such calls "
                 f"answer with a call id: ask for their status with {STATUS_TOOL}."
             ),
+            # Mcp-Param-* header checks (modern era) read the schema from memory rather than
+            # running the tools/list handler for every call.
+            get_tool_input_schema=self.catalog.input_schema,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
             on_subscriptions_listen=ListenHandler(self.bus),

@@ -20,6 +20,7 @@ from hostapp.asgi import application
 from hostapp.calls import actions
 from hostapp.calls.models import Call, Rule
 from hostapp.catalog.models import Server
+from hostapp.core import events
 from hostapp.outbox.models import Action
 
 from .conftest import requester
@@ -49,6 +50,8 @@ async def socket_for(user: User | None, origin: str = ORIGIN) -> WebsocketCommun
 
 
 async def connected(user: User) -> WebsocketCommunicator:
+    """A joined socket; events from before it (the fixtures') have already left."""
+    await asyncio.to_thread(events.flush)
     comm = await socket_for(user)
     ok, _ = await comm.connect()
     assert ok

@@ -85,3 +85,57 @@ async def test_events_reach_a_logged_in_socket_only_after_commit() -> None:
     message = await comm.receive_json_from(timeout=5)
     assert message == {"type": "server.changed", "data": {"name": "mailbox"}}
     await comm.disconnect()
+
+
+async def test_a_burst_of_events_arrives_in_order_with_one_event_per_object() -> None:
+    """What is queued together leaves as one channel message; an object's latest event wins,
+    in the place of its last change; events without an id are all kept."""
+    user = await sync_to_async(User.objects.create_user)("olivia", password="pw-olivia-1")
+    comm = await _connect(await sync_to_async(_session_cookie)(user))
+    assert (await comm.connect())[0]
+
+    def burst() -> None:
+        with transaction.atomic():
+            send_event_on_commit("call.changed", {"id": 1, "status": "running"})
+            send_event_on_commit("call.changed", {"id": 2, "status": "running"})
+            send_event_on_commit("outbox.changed", {"ids": [7, 8], "status": "leased"})
+            send_event_on_commit("call.changed", {"id": 1, "status": "succeeded"})
+            send_event_on_commit("outbox.changed", {"ids": [7, 8], "status": "done"})
+
+    await sync_to_async(burst)()
+    received = [await comm.receive_json_from(timeout=5) for _ in range(4)]
+    assert received == [
+        {"type": "call.changed", "data": {"id": 2, "status": "running"}},
+        {"type": "outbox.changed", "data": {"ids": [7, 8], "status": "leased"}},
+        {"type": "call.changed", "data": {"id": 1, "status": "succeeded"}},
+        {"type": "outbox.changed", "data": {"ids": [7, 8], "status": "done"}},
+    ]
+    assert await comm.receive_nothing(timeout=0.3)
+    await comm.disconnect()
+
+
+def test_the_sender_batches_what_was_queued_within_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    import queue as queue_module
+
+    from hostapp.core import events
+
+    q: queue_module.SimpleQueue = queue_module.SimpleQueue()
+    monkeypatch.setattr(events, "_queue", q)
+    for i in range(3):
+        q.put(("call.changed", {"id": i, "status": "running"}))
+    q.put(("call.changed", {"id": 0, "status": "failed"}))
+    q.put(None)  # a stop request in the middle of a batch still sends what came before it
+
+    batch, taken, stop = events._collect(q.get())
+    assert (taken, stop) == (4, True)
+    assert batch == [
+        ("call.changed", {"id": 1, "status": "running"}),
+        ("call.changed", {"id": 2, "status": "running"}),
+        ("call.changed", {"id": 0, "status": "failed"}),
+    ]
+
+    # Past the window, the next event starts a new batch.
+    monkeypatch.setattr(events, "BATCH_WINDOW", 0.0)
+    q.put(("call.changed", {"id": 5, "status": "running"}))
+    batch, taken, stop = events._collect(("call.changed", {"id": 4, "status": "running"}))
+    assert (batch, taken, stop) == ([("call.changed", {"id": 4, "status": "running"})], 1, False)
