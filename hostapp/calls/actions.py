@@ -114,11 +114,7 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
     from hostapp.outbox import actions as outbox
 
     tool = (
-        Tool.objects.select_related("server")
-        .only(*_CALL_TOOL_FIELDS)
-        .filter(exposed_name=tool_name)
-        .order_by()
-        .first()
+        Tool.objects.select_related("server").only(*_CALL_TOOL_FIELDS).filter(exposed_name=tool_name).order_by().first()
     )
     if tool is None or (requester.agent is not None and not requester.agent.may_use(tool.server.name)):
         raise CallError(f"no tool named {tool_name!r}", status=404)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import random
@@ -564,19 +565,30 @@ class Pool:
         return result
 
     async def _list_tools(self, name: str, timeout: float | None) -> list[dict[str, Any]]:
-        slot = self._slot(name)
-        slot, conn = await self._acquire(name, time.monotonic() + slot.config.connect_timeout)
-        try:
-            tools = await conn.list_tools(timeout)
-        except TimeoutError:
-            failure = errors.ambiguous_error("the tool listing timed out", reason="timeout", server=name)
-            self._note(slot, failure)
-            raise failure from None
-        except McpFailure as failure:
-            self._note(slot, failure)
-            raise
-        self._note(slot, None)
-        return tools
+        # A listing changes nothing upstream, so a connection lost under it (an HTTP server
+        # closing a kept-alive connection, a restarted server) costs one more try on a new
+        # connection rather than a failed refresh. Tool calls are never repeated here.
+        for attempt in (1, 2):
+            slot = self._slot(name)
+            slot, conn = await self._acquire(name, time.monotonic() + slot.config.connect_timeout)
+            try:
+                tools = await conn.list_tools(timeout)
+            except TimeoutError:
+                failure = errors.ambiguous_error("the tool listing timed out", reason="timeout", server=name)
+                self._note(slot, failure)
+                raise failure from None
+            except McpFailure as failure:
+                self._note(slot, failure)
+                if attempt == 1 and failure.reason == "lost":
+                    logger.info("%s: the connection was lost under a tool listing; listing again", name)
+                    # The keeper reconnects once the lost connection has wound down.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(conn.closed.wait(), timeout=slot.config.connect_timeout)
+                    continue
+                raise
+            self._note(slot, None)
+            return tools
+        raise AssertionError("unreachable")
 
     async def _probe(self, name: str) -> ServerStatus:
         slot = self._slot(name)

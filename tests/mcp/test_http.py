@@ -135,3 +135,32 @@ def test_headers_are_sent_with_every_request(pool: Pool) -> None:
         assert call["mcp-method"] == "tools/call"
         assert call["mcp-name"] == "echo"
         assert call["mcp-protocol-version"] == "2026-07-28"
+
+
+def test_a_listing_cut_off_by_the_server_is_asked_again_once(pool: Pool) -> None:
+    """A listing changes nothing upstream: when the connection is lost under it (a server
+    closing a kept-alive connection), the layer reconnects and asks again, once."""
+    with FaultyServer() as server:
+        pool.configure([ServerConfig("faulty", "http", url=server.url, connect_timeout=5)])
+        assert pool.call_tool("faulty", "echo", {"text": "up"})["content"][0]["text"] == "up"
+        lists_before = sum(1 for r in server.requests if r.get("method") == "tools/list")
+        server.drop_lists = 1
+        tools = pool.list_tools("faulty")
+        assert [t["name"] for t in tools] == ["echo", "status", "huge", "slow"]
+        assert sum(1 for r in server.requests if r.get("method") == "tools/list") == lists_before + 2
+
+        # Lost twice in a row: the failure is reported, not hidden.
+        server.drop_lists = 2
+        with pytest.raises(McpFailure) as caught:
+            pool.list_tools("faulty")
+        assert caught.value.ambiguous and caught.value.reason == "lost", caught.value
+
+
+def test_a_tool_call_cut_off_is_not_repeated(pool: Pool) -> None:
+    """A call may have acted: it is never sent twice by the layer."""
+    with FaultyServer() as server:
+        pool.configure([ServerConfig("faulty", "http", url=server.url, connect_timeout=5)])
+        with pytest.raises(McpFailure) as caught:
+            pool.call_tool("faulty", "cut")
+        assert caught.value.ambiguous, caught.value
+        assert sum(1 for r in server.requests if (r.get("params") or {}).get("name") == "cut") == 1

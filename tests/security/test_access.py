@@ -41,7 +41,6 @@ PUBLIC = {
 NOT_FOUND_FOR_ALL = {"api:api-root"}
 
 
-
 def named_routes() -> Iterator[tuple[str, URLPattern]]:
     def walk(patterns: list[Any], namespace: str | None) -> Iterator[tuple[str, URLPattern]]:
         for p in patterns:
