@@ -503,6 +503,15 @@ def write_profiles(directory: Path, port: int, names: list[str]) -> None:
     set_revision(port, 0)
     for n in names[:20]:
         refresh_one(n)
+    # First refresh: new connections, every tool inserted.
+    from hostapp.catalog.models import Tool
+    from hostapp.catalog.pool import close_pool
+
+    close_pool()
+    Tool.objects.filter(server__name__in=names[:20]).delete()
+    with profiled(directory / "refresh_first_seq_20_servers.txt"):
+        for n in names[:20]:
+            refresh_one(n)
 
 
 # --- main ------------------------------------------------------------------------------
