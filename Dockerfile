@@ -17,4 +17,4 @@ RUN useradd --system --home-dir /data --create-home patchbay \
 
 USER patchbay
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "hostapp.asgi:application"]
+CMD ["python", "-m", "hostapp.core.web", "-b", "0.0.0.0", "-p", "8000", "hostapp.asgi:application"]

@@ -122,7 +122,11 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             ensure_admin(self.stdout)
             first_servers = import_bundled_servers(self.stdout)
-            sup.start(ChildSpec("web", [py, "-m", "daphne", "-b", host, "-p", str(port), "hostapp.asgi:application"]))
+            sup.start(
+                ChildSpec(
+                    "web", [py, "-m", "hostapp.core.web", "-b", host, "-p", str(port), "hostapp.asgi:application"]
+                )
+            )
             if not options["no_worker"]:
                 worker = [py, "-m", "celery", "-A", "hostapp", "worker", "--pool", "threads"]
                 worker += ["--concurrency", str(concurrency), "-l", "INFO", "-n", "worker@%h", "--without-mingle"]

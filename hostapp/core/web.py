@@ -1,0 +1,74 @@
+"""The web server: daphne, with an access log that keeps secrets out of query strings.
+
+``python -m hostapp.core.web [daphne's options] hostapp.asgi:application`` takes exactly
+daphne's command line. The one difference is the access log: query-string values whose
+names carry credentials (the OAuth callback's ``code`` and ``state``, tokens, secrets) are
+written as ``[redacted]``. Paths, other parameters, statuses and timings are logged as
+daphne logs them.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+from urllib.parse import unquote
+
+from daphne import cli
+from daphne.access import AccessLogGenerator
+
+# Parameter names whose values are credentials (compared case-insensitively).
+SECRET_PARAMS = frozenset(
+    {
+        "access_token",
+        "api_key",
+        "apikey",
+        "client_secret",
+        "code",
+        "code_verifier",
+        "id_token",
+        "key",
+        "password",
+        "refresh_token",
+        "secret",
+        "state",
+        "token",
+    }
+)
+REDACTED = "[redacted]"
+_PAIR = re.compile(r"([^&=;]*)(=?)([^&;]*)")
+
+
+def redact_query(path: str) -> str:
+    """The request path with the values of credential parameters replaced."""
+    base, sep, query = path.partition("?")
+    if not sep:
+        return path
+
+    def one(match: re.Match[str]) -> str:
+        name, eq, value = match.group(1), match.group(2), match.group(3)
+        if eq and value and unquote(name).lower() in SECRET_PARAMS:
+            return f"{name}={REDACTED}"
+        return match.group(0)
+
+    return f"{base}?{_PAIR.sub(one, query)}"
+
+
+class RedactingAccessLog(AccessLogGenerator):
+    """daphne's access log, with credential parameters redacted from every logged path."""
+
+    def __call__(self, protocol: str, action: str, details: dict[str, Any]) -> None:
+        path = details.get("path")
+        if isinstance(path, str) and "?" in path:
+            details = {**details, "path": redact_query(path)}
+        super().__call__(protocol, action, details)
+
+
+def main(argv: list[str] | None = None) -> None:
+    # daphne's command line builds its access log from this name; everything else is daphne's.
+    cli.AccessLogGenerator = RedactingAccessLog  # type: ignore[misc]
+    cli.CommandLineInterface().run(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()
