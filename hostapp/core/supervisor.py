@@ -5,7 +5,8 @@ supervisor, which then stops the children in order: web, worker and beat first (
 then SIGKILL after a grace period), the embedded Redis last, so the worker can finish
 its shutdown against it. The supervisor makes itself a child subreaper, so processes the
 children leave behind (MCP servers started over stdio by the web process or the worker)
-are re-parented to it and swept on the way out: no orphan survives.
+are re-parented to it and swept on the way out: no orphan survives. If the supervisor
+itself is killed outright, every child gets SIGTERM from the kernel and stops as usual.
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ import psutil
 logger = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
+
+# Started in front of every child: it asks Linux to send the child SIGTERM when the
+# supervisor dies (PR_SET_PDEATHSIG, kept across exec), then becomes the child. So a
+# supervisor killed with SIGKILL, which cannot stop anything itself, leaves nothing
+# running: each child shuts down as on a normal stop. (The signal follows the death of
+# the thread that started the child; the supervisor starts them all from its main thread.)
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the supervisor is gone")
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
 
 
 def become_subreaper() -> bool:
@@ -98,8 +112,11 @@ class Supervisor:
         if child is None:
             child = _Child(spec)
             self.children.append(child)
+        argv = list(spec.argv)
+        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+            argv = [sys.executable, "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
         proc = subprocess.Popen(
-            list(spec.argv),
+            argv,
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

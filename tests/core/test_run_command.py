@@ -125,9 +125,16 @@ def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_
         assert "Imported the bundled servers from servers/mcp.json" in host.output
         wait_until(lambda: "mailbox__send" in client.get("/catalog/").text, timeout=60, what="a populated catalog")
 
+        # The access log keeps credentials out of query strings (an OAuth callback's code).
+        client.get("/oauth/callback/?code=c0de-SECRET-1&state=st4te-SECRET-2&iss=https%3A%2F%2Fas.example")
+        wait_until(lambda: "GET /oauth/callback/?" in host.output, timeout=10, what="the access log line")
+        logged = next(line for line in host.lines if "GET /oauth/callback/?" in line)
+        assert "code=[redacted]&state=[redacted]&iss=https%3A%2F%2Fas.example" in logged, logged
+        assert "SECRET" not in host.output
+
         procs = _descendants(host.proc.pid)
         names = " ".join(" ".join(p.cmdline()) for p in procs)
-        for part in ("redis-server", "daphne", "worker", "beat", "servers.mailbox", "servers.tasks"):
+        for part in ("redis-server", "hostapp.core.web", "worker", "beat", "servers.mailbox", "servers.tasks"):
             assert part in names, names
         assert (tmp_path / "redis.sock").exists()
 
@@ -213,3 +220,26 @@ def test_the_supervisor_sweeps_orphans_left_in_other_sessions(tmp_path: Path) ->
         timeout=10,
         what="the orphan to be gone",
     )
+
+
+def test_a_killed_supervisor_leaves_no_process_running(tmp_path: Path) -> None:
+    """SIGKILL gives the supervisor no chance to stop anything: the kernel tells each child,
+    and each shuts down as on a normal stop (the web and worker stop their MCP servers)."""
+    host = RunningHost(tmp_path)
+    procs: list[psutil.Process] = []
+    try:
+        host.wait_ready()
+        wait_until(lambda: "worker@" in host.output, timeout=60, what="the worker")
+        procs = _descendants(host.proc.pid)
+        names = " ".join(" ".join(p.cmdline()) for p in procs)
+        for part in ("redis-server", "hostapp.core.web", "worker", "beat"):
+            assert part in names, names
+        os.kill(host.proc.pid, signal.SIGKILL)
+        host.proc.wait(timeout=10)
+        gone, alive = psutil.wait_procs(procs, timeout=45)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        host.kill_group()
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
