@@ -347,6 +347,33 @@ def _update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any
         cursor.executemany(sql, rows)
 
 
+def _insert_rows(tools: list[Tool]) -> None:
+    """Insert new tools as `bulk_create` would (each field's default, `auto_now_add` and
+    database preparation), with one statement executed for every row. A tool's pin is its
+    definition when it arrives trusted: that JSON is prepared once for both columns."""
+    meta = Tool._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    quote = connection.ops.quote_name
+    sql = "INSERT INTO {} ({}) VALUES ({})".format(
+        quote(meta.db_table), ", ".join(quote(f.column) for f in fields), ", ".join(["%s"] * len(fields))
+    )
+    rows = []
+    for tool in tools:
+        row = []
+        definition: Any = None
+        for f in fields:
+            if f.name == "pinned_definition" and tool.pinned_definition is tool.definition:
+                row.append(definition)
+                continue
+            value = f.get_db_prep_save(f.pre_save(tool, True), connection=connection)
+            if f.name == "definition":
+                definition = value
+            row.append(value)
+        rows.append(row)
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
 def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshResult:
     """Merge a complete tool listing into the catalog: pin, quarantine, add and remove.
 
@@ -432,7 +459,7 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         for fields, updates in to_update.items():
             _update_rows(fields, updates)
         if to_create:
-            Tool.objects.bulk_create(to_create, batch_size=500)
+            _insert_rows(to_create)
         server.tools_refreshed_at = now
         server.last_refresh_at = now
         server.stale = False
