@@ -82,6 +82,11 @@ class CredentialStore(Protocol):
     async def set_state(self, state: dict[str, Any]) -> None: ...
     async def needs_authorization(self, challenge: Challenge) -> None: ...
 
+    async def load(self) -> tuple[OAuthToken | None, OAuthClientInformationFull | None, dict[str, Any]]:
+        """The tokens, the registration and the state together: what a new connection starts
+        from, in one read (every HTTP connection starts here, OAuth or not)."""
+        ...
+
 
 class _Context(OAuthContext):
     refresh_margin: float = REFRESH_MARGIN
@@ -167,9 +172,12 @@ class HostOAuth(OAuthClientProvider):
         }
 
     async def _initialize(self) -> None:
-        await super()._initialize()
-        state = await self.store.get_state()
+        # The SDK's own start (tokens, then the registration) and the state, in one read.
+        tokens, client_info, state = await self.store.load()
         ctx = self.context
+        ctx.current_tokens = tokens
+        ctx.client_info = client_info
+        self._initialized = True
         ctx.token_expiry_time = state.get("token_expires_at")
         ctx.auth_server_url = ctx.auth_server_url or state.get("auth_server_url")
         try:

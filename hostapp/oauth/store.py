@@ -126,6 +126,17 @@ class DatabaseStore:
 
     # -- the registration -----------------------------------------------------------------
 
+    async def load(self) -> tuple[OAuthToken | None, OAuthClientInformationFull | None, dict[str, Any]]:
+        def read() -> tuple[Server, Credential | None]:
+            server = Server.objects.get(name=self.server_name)
+            return server, Credential.objects.filter(server=server).first()
+
+        server, credential = await _db(read)
+        tokens = None if self.interactive or credential is None else credential.tokens
+        info = credential.client_info if credential is not None else None
+        state = dict(credential.learned) if credential is not None else {}
+        return (OAuthToken.model_validate(tokens) if tokens else None), self._client_info(server, info), state
+
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         def read() -> tuple[Server, dict[str, Any] | None]:
             server = Server.objects.get(name=self.server_name)
@@ -133,6 +144,9 @@ class DatabaseStore:
             return server, credential.client_info if credential else None
 
         server, info = await _db(read)
+        return self._client_info(server, info)
+
+    def _client_info(self, server: Server, info: dict[str, Any] | None) -> OAuthClientInformationFull | None:
         if server.oauth_client_id:  # pre-registered: configuration wins
             secret = server.oauth_client_secret or None
             return OAuthClientInformationFull(

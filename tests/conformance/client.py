@@ -291,6 +291,9 @@ class MemoryStore:
         logger.info("needs authorization: %s", challenge.describe())
         self.challenges.append(challenge)
 
+    async def load(self) -> tuple[OAuthToken | None, OAuthClientInformationFull | None, dict[str, Any]]:
+        return self.tokens, self.client_info, dict(self.state)
+
 
 class HeadlessBrowser:
     """The redirect and callback handlers: the person who consents at once."""
