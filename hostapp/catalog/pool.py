@@ -47,7 +47,7 @@ def get_pool() -> Pool:
             _prefer_our_python()
             from hostapp.oauth.store import auth_for
 
-            _pool = Pool(listener=_on_event, auth_factory=auth_for)
+            _pool = Pool(listener=_on_event, auth_factory=auth_for, listener_idle=_events_idle)
             atexit.register(close_pool)
         return _pool
 
@@ -111,6 +111,12 @@ def _on_event(event: PoolEvent) -> None:
             actions.record_status(event.status)
         elif event.kind == "tools_changed":
             tasks.queue_refresh(event.server, reason="the server announced a change")
-    finally:
-        # Events are rare: this thread does not keep a database session open between them.
-        connection.close()
+    except Exception:
+        connection.close()  # the next event starts from a fresh session
+        raise
+
+
+def _events_idle() -> None:
+    """No more pool events wait: the event thread does not keep a database session open
+    between bursts (many servers connecting at once share one)."""
+    connection.close()
