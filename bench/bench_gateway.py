@@ -198,9 +198,9 @@ class Host:
     def web(self) -> psutil.Process:
         for child in psutil.Process(self.proc.pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                if "daphne" in " ".join(child.cmdline()):
+                if "hostapp.core.web" in " ".join(child.cmdline()):
                     return child
-        raise RuntimeError("no daphne process in the host's group")
+        raise RuntimeError("no web process (hostapp.core.web) in the host's group")
 
     def web_child(self, needle: str) -> psutil.Process:
         """The stdio server the web process itself started (not the worker's)."""
@@ -240,21 +240,32 @@ class DirectServer:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def wait_ready(self) -> None:
-        def up() -> bool:
-            if self.proc.poll() is not None:
-                raise SystemExit("the direct mailbox server exited early")
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-
-        wait_until(up, 60, "the direct mailbox server")
+        wait_for_port(self.proc, self.port, "the direct mailbox server")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
+
+
+def wait_for_port(proc: subprocess.Popen[bytes], port: int, what: str, tail: Callable[[], str] = str) -> None:
+    """Until `proc` accepts connections on `port`; exits the bench if it dies first."""
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited early\n{tail()}".rstrip())
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+
+    wait_until(up, 60, what)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 # -- measuring ---------------------------------------------------------------------------------

@@ -51,7 +51,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -74,7 +73,8 @@ from bench_gateway import (
     http_client,
     loadavg,
     machine,
-    wait_until,
+    stop_process,
+    wait_for_port,
 )
 from mcp import Client
 from mcp.server import Server, ServerRequestContext
@@ -213,21 +213,10 @@ class ProxyServer:
         return "unknown"
 
     def wait_ready(self) -> None:
-        def up() -> bool:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"the proxy exited early:\n{self.tail()}")
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-
-        wait_until(up, 60, "the proxy (daphne)")
+        wait_for_port(self.proc, self.port, "the proxy (daphne)", self.tail)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_process(self.proc)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
 
