@@ -99,6 +99,7 @@ _CALL_TOOL_FIELDS = (
     "effective_class",
     "definition",
     "definition_hash",
+    "outbox_max_attempts",
     "server__name",
     "server__enabled",
     "server__config_changed_at",
@@ -113,9 +114,11 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
     """
     from hostapp.outbox import actions as outbox
 
-    tool = (
-        Tool.objects.select_related("server").only(*_CALL_TOOL_FIELDS).filter(exposed_name=tool_name).order_by().first()
-    )
+    try:
+        # `get` asks for no ordering (`first` would sort by the primary key).
+        tool = Tool.objects.select_related("server").only(*_CALL_TOOL_FIELDS).get(exposed_name=tool_name)
+    except Tool.DoesNotExist:
+        tool = None
     if tool is None or (requester.agent is not None and not requester.agent.may_use(tool.server.name)):
         raise CallError(f"no tool named {tool_name!r}", status=404)
     errors = validate_arguments(tool.input_schema, arguments)

@@ -84,7 +84,7 @@ def pool_for(server: Server) -> Pool:
 def current_pool(server: Server) -> Pool | None:
     """The pool if it already runs this server's configuration (no database, no lock wait)."""
     pool = _pool
-    if pool is not None and _versions.get(server.name) == server.config_changed_at:
+    if pool is not None and not pool.closed and _versions.get(server.name) == server.config_changed_at:
         return pool
     return None
 

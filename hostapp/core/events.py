@@ -62,7 +62,7 @@ def _collect(first: tuple[str, dict[str, Any]]) -> tuple[list[tuple[str, dict[st
 
     def add(item: tuple[str, dict[str, Any]]) -> None:
         kind, data = item
-        key: Any = (kind, data["id"]) if "id" in data else object()
+        key: Any = (kind, data["id"]) if isinstance(data.get("id"), int | str) else object()
         pending.pop(key, None)  # the latest goes last, where it happened
         pending[key] = item
 

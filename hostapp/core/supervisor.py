@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,6 +109,8 @@ class Supervisor:
     # -- lifecycle --------------------------------------------------------------------
 
     def start(self, spec: ChildSpec) -> subprocess.Popen[bytes]:
+        if shutil.which(spec.argv[0]) is None:  # said at once, not as a child that keeps exiting
+            raise FileNotFoundError(f"{spec.name}: no such program: {spec.argv[0]}")
         child = next((c for c in self.children if c.spec.name == spec.name), None)
         if child is None:
             child = _Child(spec)

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 
-from .server import AGENT_SCOPE_KEY, AgentInfo, Gateway
+from .server import AGENT_SCOPE_KEY, AgentInfo, Gateway, current_agent
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +176,11 @@ class GatewayApp:
         await self._ensure_running()
         scope = dict(scope)
         scope[AGENT_SCOPE_KEY] = agent
-        await self.app(scope, receive, send)
+        token = current_agent.set(agent)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            current_agent.reset(token)
 
 
 def mcp_path(scope: Scope) -> bool:

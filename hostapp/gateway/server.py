@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 STATUS_TOOL = "patchbay__call_status"
 AGENT_SCOPE_KEY = "patchbay.agent"
+# The agent of the request being served (set around the SDK's app, for hooks that get no
+# request: the SDK's schema lookup).
+current_agent: ContextVar[AgentInfo | None] = ContextVar("patchbay_agent", default=None)
 # How long the in-memory tool list is trusted without a change event (a safety net).
 CATALOG_TTL = 30.0
 PROGRESS_EVERY = 5.0
@@ -145,10 +149,9 @@ class CatalogCache:
     def invalidate(self) -> None:
         self._entries = None
 
-    def input_schema(self, name: str) -> dict[str, Any] | None:
-        """A tool's input schema from memory, without waiting for a reload (None: unknown)."""
-        entry = self._last.get(name)
-        return entry.tool.input_schema if entry is not None else None
+    def peek(self, name: str) -> Entry | None:
+        """A tool from memory, without waiting for a reload (None: unknown)."""
+        return self._last.get(name)
 
     def fingerprint(self) -> int | None:
         """What agents see of the catalog, to tell a real change from a notice about nothing."""
@@ -244,12 +247,21 @@ class Gateway:
             ),
             # Mcp-Param-* header checks (modern era) read the schema from memory rather than
             # running the tools/list handler for every call.
-            get_tool_input_schema=self.catalog.input_schema,
+            get_tool_input_schema=self._input_schema,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
             on_subscriptions_listen=ListenHandler(self.bus),
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
         )
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        """The schema the SDK checks `Mcp-Param-*` headers against: only of a tool this
+        request's agent may use (to others it does not exist, as in the tool list)."""
+        entry = self.catalog.peek(name)
+        agent = current_agent.get()
+        if entry is None or agent is None or not agent.may_use(entry.server):
+            return None
+        return entry.tool.input_schema
 
     def _remember(self, ctx: Any) -> None:
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or ctx.session is None:

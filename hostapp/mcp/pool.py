@@ -171,6 +171,10 @@ class Pool:
             self._thread = threading.Thread(target=self._run_loop, name="mcp-pool", daemon=True)
             self._thread.start()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # -- the loop thread ---------------------------------------------------------------
 
     def _run_loop(self) -> None:
@@ -585,23 +589,26 @@ class Pool:
     async def _list_tools(self, name: str, timeout: float | None) -> list[dict[str, Any]]:
         # A listing changes nothing upstream, so a connection lost under it (an HTTP server
         # closing a kept-alive connection, a restarted server) costs one more try on a new
-        # connection rather than a failed refresh. Tool calls are never repeated here.
+        # connection rather than a failed refresh, within the time one listing is given
+        # (what `list_tools` waits for). Tool calls are never repeated here.
+        slot = self._slot(name)
+        budget = timeout or slot.config.call_timeout
+        deadline = time.monotonic() + budget + slot.config.connect_timeout
         for attempt in (1, 2):
-            slot = self._slot(name)
-            slot, conn = await self._acquire(name, time.monotonic() + slot.config.connect_timeout)
+            slot, conn = await self._acquire(name, min(time.monotonic() + slot.config.connect_timeout, deadline))
             try:
-                tools = await conn.list_tools(timeout)
+                tools = await conn.list_tools(min(budget, max(0.1, deadline - time.monotonic())))
             except TimeoutError:
                 failure = errors.ambiguous_error("the tool listing timed out", reason="timeout", server=name)
                 self._note(slot, failure)
                 raise failure from None
             except McpFailure as failure:
                 self._note(slot, failure)
-                if attempt == 1 and failure.reason == "lost":
+                if attempt == 1 and failure.reason == "lost" and deadline - time.monotonic() > 1.0:
                     logger.info("%s: the connection was lost under a tool listing; listing again", name)
                     # The keeper reconnects once the lost connection has wound down.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(conn.closed.wait(), timeout=slot.config.connect_timeout)
+                        await asyncio.wait_for(conn.closed.wait(), timeout=1.0)
                     continue
                 raise
             self._note(slot, None)

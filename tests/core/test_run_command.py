@@ -243,3 +243,12 @@ def test_a_killed_supervisor_leaves_no_process_running(tmp_path: Path) -> None:
         for p in procs:
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+
+def test_a_child_whose_program_does_not_exist_is_refused_at_once() -> None:
+    from hostapp.core.supervisor import ChildSpec, Supervisor
+
+    sup = Supervisor(env=dict(os.environ))
+    with pytest.raises(FileNotFoundError, match="no such program: no-such-program-patchbay"):
+        sup.start(ChildSpec("ghost", ["no-such-program-patchbay", "--flag"]))
+    assert sup.children == []
