@@ -26,11 +26,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         await self.channel_layer.group_discard(LIVE_GROUP, self.channel_name)
 
-    async def live_event(self, event: dict[str, Any]) -> None:
-        await self.send_json({"type": event["kind"], "data": event.get("data", {})})
-
     async def live_events(self, message: dict[str, Any]) -> None:
-        """A batch from one process's event sender: each event is its own frame, as ever."""
+        """A batch from one process's event sender: each event is its own frame."""
         for event in message.get("events", ()):
             await self.send_json({"type": event["kind"], "data": event.get("data", {})})
 

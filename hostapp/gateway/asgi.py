@@ -71,36 +71,26 @@ TOKEN_CACHE_SECONDS = 5.0
 _token_cache: dict[str, tuple[float, AgentInfo | None]] = {}
 
 
-def _cached(key: str) -> tuple[float, AgentInfo | None] | None:
-    hit = _token_cache.get(key)
-    return hit if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_SECONDS else None
-
-
-def _authenticate(token: str) -> AgentInfo | None:
-    from .models import hash_token
+def _load_agent(token: str) -> AgentInfo | None:
     from .tokens import authenticate
 
-    key = hash_token(token)
-    now = time.monotonic()
-    hit = _cached(key)
-    if hit is not None:
-        return hit[1]
     agent = authenticate(token)
-    info = AgentInfo(agent.pk, agent.name, tuple(agent.servers or ())) if agent is not None else None
-    if len(_token_cache) > 10_000:
-        _token_cache.clear()
-    _token_cache[key] = (now, info)
-    return info
+    return AgentInfo(agent.pk, agent.name, tuple(agent.servers or ())) if agent is not None else None
 
 
 async def _agent_for(token: str) -> AgentInfo | None:
-    """The token's agent: from the cache on the loop, from the database in a thread."""
+    """The token's agent: from the cache on the loop, else from the database in a thread."""
     from .models import hash_token
 
-    hit = _cached(hash_token(token))
-    if hit is not None:
+    key = hash_token(token)
+    hit = _token_cache.get(key)
+    if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_SECONDS:
         return hit[1]
-    return await sync_to_async(_authenticate, thread_sensitive=False)(token)
+    info = await sync_to_async(_load_agent, thread_sensitive=False)(token)
+    if len(_token_cache) > 10_000:
+        _token_cache.clear()
+    _token_cache[key] = (time.monotonic(), info)
+    return info
 
 
 class GatewayApp:

@@ -137,21 +137,22 @@ def _load_catalog() -> dict[str, Entry]:
 
 
 class CatalogCache:
-    """The active catalog in memory; one database read per change, not per request."""
+    """The active catalog in memory; one database read per change, not per request.
+
+    An invalidated list is reloaded on its next use; until then synchronous readers
+    (`peek`) keep the last one loaded."""
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] | None = None
-        # The last list loaded, kept through an invalidation: what synchronous readers see.
-        self._last: dict[str, Entry] = {}
-        self._loaded_at = 0.0
+        self._fresh_until = 0.0
         self._lock = asyncio.Lock()
 
     def invalidate(self) -> None:
-        self._entries = None
+        self._fresh_until = 0.0
 
     def peek(self, name: str) -> Entry | None:
         """A tool from memory, without waiting for a reload (None: unknown)."""
-        return self._last.get(name)
+        return self._entries.get(name) if self._entries is not None else None
 
     def fingerprint(self) -> int | None:
         """What agents see of the catalog, to tell a real change from a notice about nothing."""
@@ -161,13 +162,12 @@ class CatalogCache:
 
     async def entries(self) -> dict[str, Entry]:
         entries = self._entries
-        if entries is not None and time.monotonic() - self._loaded_at < CATALOG_TTL:
+        if entries is not None and time.monotonic() < self._fresh_until:
             return entries
         async with self._lock:
-            if self._entries is None or time.monotonic() - self._loaded_at >= CATALOG_TTL:
+            if self._entries is None or time.monotonic() >= self._fresh_until:
                 self._entries = await sync_to_async(_load_catalog, thread_sensitive=False)()
-                self._last = self._entries
-                self._loaded_at = time.monotonic()
+                self._fresh_until = time.monotonic() + CATALOG_TTL
             return self._entries
 
 

@@ -78,7 +78,6 @@ class CredentialStore(Protocol):
     async def set_tokens(self, tokens: OAuthToken) -> None: ...
     async def get_client_info(self) -> OAuthClientInformationFull | None: ...
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None: ...
-    async def get_state(self) -> dict[str, Any]: ...
     async def set_state(self, state: dict[str, Any]) -> None: ...
     async def needs_authorization(self, challenge: Challenge) -> None: ...
 
@@ -244,10 +243,9 @@ class HostOAuth(OAuthClientProvider):
     async def _adopt_stored(self, than: OAuthToken | None) -> bool:
         """Take the stored tokens when they differ from `than` (the ones this connection
         held) and are still valid."""
-        stored = await self.store.get_tokens()
+        stored, _, state = await self.store.load()
         if stored is None or (than is not None and stored.access_token == than.access_token):
             return False
-        state = await self.store.get_state()
         self.context.current_tokens = stored
         self.context.token_expiry_time = state.get("token_expires_at")
         self._initialized = True

@@ -81,30 +81,23 @@ class DatabaseStore:
         self.interactive = interactive
         self.user_id = user_id
 
-    def _credential(self, lock: bool = False) -> Credential:
+    def _locked_credential(self) -> Credential:
+        """The server's credential row, created if need be, locked for this transaction."""
         server = Server.objects.get(name=self.server_name)
-        qs = Credential.objects.select_for_update() if lock else Credential.objects
-        credential, _ = qs.get_or_create(server=server)
+        credential, _ = Credential.objects.select_for_update().get_or_create(server=server)
         return credential
 
     # -- tokens ---------------------------------------------------------------------------
 
     async def get_tokens(self) -> OAuthToken | None:
-        if self.interactive:
-            return None
-
-        def read() -> dict[str, Any] | None:
-            return self._credential().tokens
-
-        tokens = await _db(read)
-        return OAuthToken.model_validate(tokens) if tokens else None
+        return (await self.load())[0]
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         data = tokens.model_dump(mode="json", exclude_none=True)
 
         def write() -> None:
             with transaction.atomic():
-                credential = self._credential(lock=True)
+                credential = self._locked_credential()
                 refreshing = not self.interactive and credential.tokens is not None
                 credential.tokens = data
                 credential.scope = tokens.scope or ""
@@ -127,6 +120,9 @@ class DatabaseStore:
     # -- the registration -----------------------------------------------------------------
 
     async def load(self) -> tuple[OAuthToken | None, OAuthClientInformationFull | None, dict[str, Any]]:
+        """Tokens (none for an interactive store: a new consent is the point), registration
+        and state, from one read of the server and its credential."""
+
         def read() -> tuple[Server, Credential | None]:
             server = Server.objects.get(name=self.server_name)
             return server, Credential.objects.filter(server=server).first()
@@ -138,13 +134,7 @@ class DatabaseStore:
         return (OAuthToken.model_validate(tokens) if tokens else None), self._client_info(server, info), state
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
-        def read() -> tuple[Server, dict[str, Any] | None]:
-            server = Server.objects.get(name=self.server_name)
-            credential = Credential.objects.filter(server=server).first()
-            return server, credential.client_info if credential else None
-
-        server, info = await _db(read)
-        return self._client_info(server, info)
+        return (await self.load())[1]
 
     def _client_info(self, server: Server, info: dict[str, Any] | None) -> OAuthClientInformationFull | None:
         if server.oauth_client_id:  # pre-registered: configuration wins
@@ -168,7 +158,7 @@ class DatabaseStore:
 
         def write() -> None:
             with transaction.atomic():
-                credential = self._credential(lock=True)
+                credential = self._locked_credential()
                 credential.client_info = data
                 credential.save(update_fields=["client_info", "updated_at"])
 
@@ -176,17 +166,10 @@ class DatabaseStore:
 
     # -- what the provider learned ---------------------------------------------------------
 
-    async def get_state(self) -> dict[str, Any]:
-        def read() -> dict[str, Any]:
-            credential = Credential.objects.filter(server__name=self.server_name).first()
-            return dict(credential.learned) if credential else {}
-
-        return await _db(read)
-
     async def set_state(self, state: dict[str, Any]) -> None:
         def write() -> None:
             with transaction.atomic():
-                credential = self._credential(lock=True)
+                credential = self._locked_credential()
                 credential.learned = {**credential.learned, **{k: v for k, v in state.items() if v is not None}}
                 credential.save(update_fields=["learned", "updated_at"])
 
@@ -198,7 +181,7 @@ class DatabaseStore:
 
         def write() -> bool:
             with transaction.atomic():
-                credential = self._credential(lock=True)
+                credential = self._locked_credential()
                 changed = credential.status != Credential.NEEDS_AUTHORIZATION
                 credential.status = Credential.NEEDS_AUTHORIZATION
                 credential.reason = challenge.describe()

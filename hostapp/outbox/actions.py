@@ -52,9 +52,6 @@ IDEMPOTENCY_EXTENSION = "dev.patchbay/idempotency"
 IDEMPOTENCY_ARGUMENTS = ("idempotency_key", "idempotencyKey")
 # A wake-up older than this without a claim is presumed lost, and sent again.
 REQUEUE_AFTER = timedelta(seconds=30)
-# Actions one claim takes at most (settings.PATCHBAY_OUTBOX_BATCH overrides it). They are
-# delivered concurrently, so a batch takes about as long as its slowest call.
-BATCH_SIZE = 16
 # A woken worker keeps claiming full batches for this long, then hands over to another.
 DRAIN_SECONDS = 10.0
 # Set (in the broker's Redis) while a wake-up is queued that no worker has started on yet.
@@ -69,16 +66,14 @@ _CONNECT_TIMEOUT = next(f.default for f in dataclasses.fields(ServerConfig) if f
 
 
 def batch_size() -> int:
-    return max(1, int(getattr(settings, "PATCHBAY_OUTBOX_BATCH", BATCH_SIZE)))
+    """Actions one claim takes at most. They are delivered concurrently, so a batch takes
+    about as long as its slowest call."""
+    return settings.PATCHBAY_OUTBOX_BATCH
 
 
 # --- wake-ups ------------------------------------------------------------------------------------
 
 _flag_down_until = 0.0
-
-
-def _redis() -> Any:
-    return redis_client()
 
 
 def _flag(op: str) -> bool:
@@ -92,8 +87,8 @@ def _flag(op: str) -> bool:
         return True
     try:
         if op == "set":
-            return bool(_redis().set(WAKE_KEY, "1", nx=True, px=WAKE_TTL_MS))
-        _redis().delete(WAKE_KEY)
+            return bool(redis_client().set(WAKE_KEY, "1", nx=True, px=WAKE_TTL_MS))
+        redis_client().delete(WAKE_KEY)
     except Exception as exc:  # boundary: the flag only saves wake-ups; without it, wake anyway
         _flag_down_until = time.monotonic() + _FLAG_QUIET_AFTER_FAILURE
         logger.warning("outbox wake-ups are not coalesced for %.0fs (%s)", _FLAG_QUIET_AFTER_FAILURE, exc)
@@ -347,21 +342,23 @@ def _send_all(sends: list[_Send]) -> dict[int, tuple[Any, float]]:
 
     timeout = settings.PATCHBAY_OUTBOX_CALL_TIMEOUT
     out: dict[int, tuple[Any, float]] = {}
-    pools: dict[str, Any] = {}
-    groups: dict[int, tuple[Any, list[_Send]]] = {}
+    pool: Any = None
+    unusable: dict[str, Exception] = {}  # servers whose configuration the pool refused
+    for server in {send.server.name: send.server for send in sends}.values():
+        try:
+            pool = pool_for(server)
+        except Exception as exc:  # noqa: BLE001 - handed back as the outcome of its requests
+            unusable[server.name] = exc
+    ready = []
     for send in sends:
-        if send.server.name not in pools:
-            try:
-                pools[send.server.name] = pool_for(send.server)
-            except Exception as exc:  # noqa: BLE001 - handed back as the outcome of its requests
-                pools[send.server.name] = exc
-        pool = pools[send.server.name]
-        if isinstance(pool, Exception):
-            out[send.index] = (pool, 0.0)
+        if send.server.name in unusable:
+            out[send.index] = (unusable[send.server.name], 0.0)
         else:
-            groups.setdefault(id(pool), (pool, []))[1].append(send)
+            ready.append(send)
+    if not ready:
+        return out
 
-    async def one(pool: Any, send: _Send) -> tuple[Any, float]:
+    async def one(send: _Send) -> tuple[Any, float]:
         started = time.perf_counter()
         try:
             result = await pool.acall_tool(
@@ -371,18 +368,17 @@ def _send_all(sends: list[_Send]) -> dict[int, tuple[Any, float]]:
             return exc, time.perf_counter() - started
         return result, time.perf_counter() - started
 
-    async def every(pool: Any, group: list[_Send]) -> list[tuple[Any, float]]:
-        return await asyncio.gather(*(one(pool, send) for send in group))
+    async def every() -> list[tuple[Any, float]]:
+        return await asyncio.gather(*(one(send) for send in ready))
 
-    for pool, group in groups.values():
-        started = time.perf_counter()
-        try:
-            # What Pool.call_tool allows: each request has its own deadlines inside the pool.
-            answers = pool.run(every(pool, group), timeout=timeout + _CONNECT_TIMEOUT + 5)
-        except Exception as exc:  # noqa: BLE001 - the pool did not answer: each request's outcome
-            answers = [(exc, time.perf_counter() - started)] * len(group)
-        for send, answer in zip(group, answers, strict=True):
-            out[send.index] = answer
+    started = time.perf_counter()
+    try:
+        # What Pool.call_tool allows: each request has its own deadlines inside the pool.
+        answers = pool.run(every(), timeout=timeout + _CONNECT_TIMEOUT + 5)
+    except Exception as exc:  # noqa: BLE001 - the pool did not answer: each request's outcome
+        answers = [(exc, time.perf_counter() - started)] * len(ready)
+    for send, answer in zip(ready, answers, strict=True):
+        out[send.index] = answer
     return out
 
 

@@ -281,9 +281,6 @@ class MemoryStore:
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         self.client_info = client_info
 
-    async def get_state(self) -> dict[str, Any]:
-        return dict(self.state)
-
     async def set_state(self, state: dict[str, Any]) -> None:
         self.state = dict(state)
 

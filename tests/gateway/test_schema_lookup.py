@@ -12,7 +12,7 @@ SCHEMA = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-h
 
 def _gateway() -> Gateway:
     gateway = Gateway()
-    gateway.catalog._last = {
+    gateway.catalog._entries = {
         "ops__deploy": Entry("ops", types.Tool(name="ops__deploy", input_schema=SCHEMA)),
         "mailbox__read": Entry("mailbox", types.Tool(name="mailbox__read", input_schema={"type": "object"})),
     }
