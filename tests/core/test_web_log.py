@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import io
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
+from twisted.web import http
 
-from hostapp.core.web import RedactingAccessLog, redact_query
+from hostapp.core.web import CONTENT_TYPES_KEPT, RedactingAccessLog, redact_query, remember_content_types
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -49,3 +59,84 @@ def test_the_access_log_line_carries_the_redacted_path() -> None:
     assert '"GET /oauth/callback/?code=[redacted]&state=[redacted]" 302' in line, line
     assert "s3cret" not in line
     assert details["path"] == "/oauth/callback/?code=s3cret&state=abc"  # the caller's dict is untouched
+
+
+def test_content_types_are_parsed_once_and_answered_the_same() -> None:
+    original = http._parseContentType
+    try:
+        remember_content_types()
+        remember_content_types()  # a second call wraps nothing twice
+        parse = http._parseContentType
+        assert parse.__wrapped__ is original
+        for header in (
+            b"application/json",
+            b"Application/JSON; charset=utf-8",
+            b"multipart/form-data; boundary=xyz",
+            b"application/x-www-form-urlencoded",
+            b"",
+            b"not a type",
+        ):
+            assert parse(header) == original(header)
+            assert parse(header) == original(header)
+        assert parse.cache_info().hits == 6
+        for i in range(CONTENT_TYPES_KEPT * 3):  # ever-new values do not grow it
+            parse(b"text/x-%d" % i)
+        assert parse.cache_info().currsize == CONTENT_TYPES_KEPT
+    finally:
+        http._parseContentType = original
+
+
+def test_a_post_through_the_web_server_is_answered(tmp_path: Path) -> None:
+    """The wrapper's daphne, with the remembered parser, serves JSON and form POSTs alike."""
+    app = tmp_path / "echo_app.py"
+    app.write_text(
+        "async def app(scope, receive, send):\n"
+        "    if scope['type'] != 'http':\n"
+        "        return\n"
+        "    body = b''\n"
+        "    while True:\n"
+        "        message = await receive()\n"
+        "        body += message.get('body', b'')\n"
+        "        if not message.get('more_body'):\n"
+        "            break\n"
+        "    ctype = dict(scope['headers']).get(b'content-type', b'')\n"
+        "    await send({'type': 'http.response.start', 'status': 200, 'headers': [(b'content-type', b'text/plain')]})\n"
+        "    await send({'type': 'http.response.body', 'body': ctype + b'|' + body})\n"
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hostapp.core.web", "-b", "127.0.0.1", "-p", str(port), "echo_app:app"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        answers = []
+        for body, ctype in ((b'{"a": 1}', "application/json"), (b"x=1&y=2", "application/x-www-form-urlencoded")) * 2:
+            while True:
+                try:
+                    request = urllib.request.Request(
+                        f"http://127.0.0.1:{port}/", data=body, headers={"Content-Type": ctype}
+                    )
+                    with urllib.request.urlopen(request, timeout=5) as response:
+                        answers.append(response.read())
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise
+                    time.sleep(0.1)
+        assert (
+            answers
+            == [
+                b'application/json|{"a": 1}',
+                b"application/x-www-form-urlencoded|x=1&y=2",
+            ]
+            * 2
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
