@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import jsonschema
@@ -20,8 +20,9 @@ from hostapp.catalog.models import Tool
 from hostapp.core.events import send_event_on_commit
 from hostapp.mcp import McpFailure, result_failure
 
+from .ledger import Finished
 from .models import Call, CallEvent, Rule
-from .policy import decide
+from .policy import Decision, decide
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,49 @@ _CALL_TOOL_FIELDS = (
 )
 
 
+def _call_fields(tool: Tool, decision: Decision, requester: Requester, arguments: Any, now: datetime) -> dict[str, Any]:
+    """A new call's row, as the policy's decision leaves it."""
+    status = {Call.RUN: Call.RUNNING, Call.OUTBOX: Call.QUEUED, Call.ASK: Call.WAITING, Call.REFUSE: Call.BLOCKED}[
+        decision.kind
+    ]
+    return {
+        "requester_kind": requester.kind,
+        "requester_user_id": getattr(requester.user, "pk", None),
+        "requester_name": requester.name,
+        "requester_agent_id": getattr(requester.agent, "pk", None),
+        "server_name": tool.server.name,
+        "tool_name": tool.exposed_name,
+        "original_name": tool.original_name,
+        "tool_id": tool.pk,
+        "tool_class": tool.effective_class,
+        "definition_hash": tool.definition_hash,
+        "arguments": arguments,
+        "argument_digest": argument_digest(arguments),
+        "decision": decision.kind,
+        "decision_reason": decision.reason,
+        "status": status,
+        "approval_expires_at": now + timedelta(seconds=settings.PATCHBAY_APPROVAL_TTL)
+        if decision.kind == Call.ASK
+        else None,
+        "started_at": now if decision.kind == Call.RUN else None,
+        "error": {"kind": "policy", "message": decision.reason} if decision.kind == Call.REFUSE else None,
+        "is_error": decision.kind == Call.REFUSE,
+        "finished_at": now if decision.kind == Call.REFUSE else None,
+    }
+
+
+def _outcome_fields(result: dict[str, Any] | None, failure: McpFailure | None, seconds: float) -> dict[str, Any]:
+    """What a delivered call's row says of how it went (`attempts` aside)."""
+    return {
+        "result": result,
+        "is_error": failure is not None,
+        "error": failure.as_dict() if failure is not None else None,
+        "status": Call.FAILED if failure is not None else Call.SUCCEEDED,
+        "finished_at": timezone.now(),
+        "duration_ms": round(seconds * 1000, 2),
+    }
+
+
 def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: bool = True) -> Call:
     """Record a call and act on the policy: run it, queue it, hold it for approval, or refuse it.
 
@@ -127,35 +171,9 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
         where = f" at {first['path']}" if first["path"] else ""
         raise CallError(f"invalid arguments{where}: {first['message']}", errors=errors)
     decision = decide(tool)
-    status = {Call.RUN: Call.RUNNING, Call.OUTBOX: Call.QUEUED, Call.ASK: Call.WAITING, Call.REFUSE: Call.BLOCKED}[
-        decision.kind
-    ]
-    now = timezone.now()
     with transaction.atomic():
-        call = Call.objects.create(
-            requester_kind=requester.kind,
-            requester_user=requester.user if getattr(requester.user, "pk", None) else None,
-            requester_name=requester.name,
-            requester_agent_id=getattr(requester.agent, "pk", None),
-            server_name=tool.server.name,
-            tool_name=tool.exposed_name,
-            original_name=tool.original_name,
-            tool=tool,
-            tool_class=tool.effective_class,
-            definition_hash=tool.definition_hash,
-            arguments=arguments,
-            argument_digest=argument_digest(arguments),
-            decision=decision.kind,
-            decision_reason=decision.reason,
-            status=status,
-            approval_expires_at=now + timedelta(seconds=settings.PATCHBAY_APPROVAL_TTL)
-            if decision.kind == Call.ASK
-            else None,
-            started_at=now if decision.kind == Call.RUN else None,
-            error={"kind": "policy", "message": decision.reason} if decision.kind == Call.REFUSE else None,
-            is_error=decision.kind == Call.REFUSE,
-            finished_at=now if decision.kind == Call.REFUSE else None,
-        )
+        call = Call.objects.create(**_call_fields(tool, decision, requester, arguments, timezone.now()))
+        call.tool = tool  # the instance read above, with its server
         _event(call, "created", requester.name, decision=decision.kind, reason=decision.reason)
         if decision.kind == Call.OUTBOX:
             outbox.enqueue(call)
@@ -202,16 +220,47 @@ async def arun_now(call: Call) -> Call:
 def record_outcome(call: Call, result: dict[str, Any] | None, failure: McpFailure | None, seconds: float) -> Call:
     with transaction.atomic():
         call.attempts += 1
-        call.result = result
-        call.is_error = failure is not None
-        call.error = failure.as_dict() if failure is not None else None
-        call.status = Call.FAILED if failure is not None else Call.SUCCEEDED
-        call.finished_at = timezone.now()
-        call.duration_ms = round(seconds * 1000, 2)
-        call.save(update_fields=["attempts", "result", "is_error", "error", "status", "finished_at", "duration_ms"])
+        outcome = _outcome_fields(result, failure, seconds)
+        for name, value in outcome.items():
+            setattr(call, name, value)
+        call.save(update_fields=["attempts", *outcome])
         _event(call, "failed" if failure else "succeeded", "", error=call.error)
         _broadcast(call)
     return call
+
+
+def record_running(tool: Tool, decision: Decision, requester: Requester, arguments: Any, started_at: datetime) -> Call:
+    """A call the policy ran at once (`decision` is a RUN decision read at most moments ago),
+    recorded as running; :func:`record_outcome` finishes it."""
+    with transaction.atomic():
+        call = Call.objects.create(**_call_fields(tool, decision, requester, arguments, started_at))
+        call.tool = tool
+        _event(call, "created", requester.name, decision=decision.kind, reason=decision.reason)
+        _broadcast(call)
+    return call
+
+
+def finished_call(
+    tool: Tool,
+    decision: Decision,
+    requester: Requester,
+    arguments: Any,
+    started_at: datetime,
+    result: dict[str, Any] | None,
+    failure: McpFailure | None,
+    seconds: float,
+) -> Finished:
+    """A call the policy ran at once, finished: the row and events `start_call` and
+    `record_outcome` would have written, for the ledger writer (hostapp/calls/ledger.py)."""
+    fields = {**_call_fields(tool, decision, requester, arguments, started_at), "attempts": 1}
+    fields.update(_outcome_fields(result, failure, seconds))
+    return Finished(
+        fields=fields,
+        actor=requester.name,
+        created={"decision": decision.kind, "reason": decision.reason},
+        outcome="failed" if failure else "succeeded",
+        outcome_detail={"error": fields["error"]},
+    )
 
 
 def _void_reason(call: Call, tool: Tool | None) -> str:

@@ -23,10 +23,10 @@ from django.db import transaction
 
 from .consumers import LIVE_GROUP
 
-# Catalog changes also go to this group, for listeners (the agents' endpoint) that need
-# only them, not every call's update.
+# Catalog and policy changes also go to this group, for listeners (the agents' endpoint)
+# that need only them, not every call's update.
 CATALOG_GROUP = "catalog"
-CATALOG_KINDS = ("catalog.changed", "server.changed")
+CATALOG_KINDS = ("catalog.changed", "server.changed", "policy.changed")
 
 logger = logging.getLogger(__name__)
 

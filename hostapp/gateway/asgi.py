@@ -136,7 +136,9 @@ class GatewayApp:
                 delay = 1.0
                 while True:
                     message = await layer.receive(channel)
-                    if message.get("kind") in ("catalog.changed", "server.changed"):
+                    if message.get("kind") == "policy.changed":
+                        self.gateway.forget_routes()
+                    elif message.get("kind") in ("catalog.changed", "server.changed"):
                         await self.gateway.catalog_changed()
             except asyncio.CancelledError:
                 raise

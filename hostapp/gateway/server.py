@@ -13,6 +13,14 @@ stateless requests and 2025-era sessions). Patchbay adds what a host must:
   pass through; write calls are queued and awaited up to a limit; destructive calls wait
   for a person while progress notifications keep a client that asked informed; past the
   limit the agent gets a result naming the call and how to ask for its status.
+
+A read-only call is answered as soon as its server answers when the policy's decision for
+its tool was read from the database less than `POLICY_FRESH` ago (by an earlier call) and
+the catalog has not changed since: its ledger row is written just after the answer, by
+the process's ledger writer (hostapp/calls/ledger.py). A call that runs longer than
+`RUNNING_VISIBLE_AFTER` is written as running first; a call that fails is written before
+the agent is told its number. Any other call reads the tool and the rules and writes its
+row before anything is sent.
 """
 
 from __future__ import annotations
@@ -34,7 +42,10 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from hostapp.calls import ledger
 from hostapp.calls.models import Call
+from hostapp.calls.policy import Decision
+from hostapp.mcp import McpFailure, errors, result_failure
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +57,14 @@ current_agent: ContextVar[AgentInfo | None] = ContextVar("patchbay_agent", defau
 # How long the in-memory tool list is trusted without a change event (a safety net).
 CATALOG_TTL = 30.0
 PROGRESS_EVERY = 5.0
+# How long what the policy decided for a read-only tool (read with a call) lets later calls
+# of it be answered before their ledger row is written. A catalog change forgets it at once;
+# this bounds how long a rule or a tool change can take to apply when no change event
+# reaches this process.
+POLICY_FRESH = 1.0
+# A read-only call answered before its row is written: still running after this long, it
+# is written as running (the Calls page shows it) and finished as any other.
+RUNNING_VISIBLE_AFTER = 0.5
 # 2025-era sessions not seen for this long are no longer told of changes.
 LEGACY_SESSION_IDLE = 3600.0
 LEGACY_SESSIONS_MAX = 5000
@@ -72,6 +91,15 @@ class AgentInfo:
 class Entry:
     server: str
     tool: types.Tool
+
+
+@dataclass(frozen=True)
+class Route:
+    """What `start_call` read and decided for a read-only tool, and when (time.monotonic)."""
+
+    tool: Any  # hostapp.catalog.models.Tool, with its server
+    decision: Decision
+    read_at: float
 
 
 def _status_tool() -> types.Tool:
@@ -236,6 +264,11 @@ class Gateway:
         # last seen. The SDK makes a session object per request; it notifies through the
         # session's long-lived connection, so one object per session is enough.
         self.legacy_sessions: dict[str, tuple[float, Any]] = {}
+        # Read-only tools whose calls may be answered before their row is written, by name;
+        # the generation moves on every catalog change, so a read from before it is not kept.
+        self.routes: dict[str, Route] = {}
+        self._routes_generation = 0
+        self._background: set[asyncio.Future[Any]] = set()
         self.server: Server[Any] = Server(
             "patchbay",
             version="0.1.0",
@@ -285,8 +318,13 @@ class Gateway:
         tools.append(_status_tool())
         return types.ListToolsResult(tools=tools)
 
+    def forget_routes(self) -> None:
+        self.routes.clear()
+        self._routes_generation += 1
+
     async def catalog_changed(self) -> None:
         """Tell every connected agent that the list changed (both eras), if it did."""
+        self.forget_routes()
         before = self.catalog.fingerprint()
         self.catalog.invalidate()
         after = (await self.catalog.entries(), self.catalog.fingerprint())[1]
@@ -314,15 +352,112 @@ class Gateway:
         if entry is None or not agent.may_use(entry.server):
             return _text_result(f"Unknown tool: {name}", is_error=True)
         requester = calls.Requester(Call.AGENT, agent.name, agent=_AgentRef(agent))
+        route = self._fresh_route(name, arguments)
+        if route is not None:
+            return await self._run_read_only(route, requester, arguments)
+        generation, read_at = self._routes_generation, time.monotonic()
         try:
             call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester, run=False)
         except calls.CallError as exc:
             details = "; ".join(f"{e['path'] or '(arguments)'}: {e['message']}" for e in exc.errors[:10])
             return _text_result(exc.message + (f" ({details})" if details else ""), is_error=True)
         if call.decision == Call.RUN and call.status == Call.RUNNING:
+            if generation == self._routes_generation:
+                self.routes[name] = Route(call.tool, Decision(call.decision, call.decision_reason), read_at)
             call = await calls.arun_now(call)
             return result_for(call)
         return await self._await(ctx, call)
+
+    def _fresh_route(self, name: str, arguments: dict[str, Any]) -> Route | None:
+        """The tool's route if its call may be answered before its row is written."""
+        from hostapp.calls.actions import validate_arguments
+        from hostapp.catalog.pool import current_pool
+
+        route = self.routes.get(name)
+        if route is None or time.monotonic() - route.read_at >= POLICY_FRESH or not ledger.writer.accepting():
+            return None
+        if current_pool(route.tool.server) is None or validate_arguments(route.tool.input_schema, arguments):
+            return None  # the path that writes first starts the server, or says what is wrong
+        return route
+
+    async def _run_read_only(self, route: Route, requester: Any, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Call the server, answer, and leave the row to the ledger writer (see the module's doc)."""
+        from django.utils import timezone
+
+        from hostapp.calls import actions as calls
+        from hostapp.catalog.pool import current_pool
+
+        tool = route.tool
+        pool = current_pool(tool.server)
+        assert pool is not None  # checked by _fresh_route, on this loop, without a wait since
+        started_at, started = timezone.now(), time.perf_counter()
+        upstream = asyncio.ensure_future(pool.acall_tool(tool.server.name, tool.original_name, arguments))
+        running: asyncio.Future[Call] | None = None
+        result: dict[str, Any] | None = None
+        failure: McpFailure | None = None
+        try:
+            done, _ = await asyncio.wait({upstream}, timeout=RUNNING_VISIBLE_AFTER)
+            if not done:
+                running = asyncio.ensure_future(
+                    sync_to_async(calls.record_running, thread_sensitive=False)(
+                        tool, route.decision, requester, arguments, started_at
+                    )
+                )
+                await asyncio.shield(running)
+            try:
+                result = await upstream
+                failure = result_failure(result, tool.original_name)
+            except McpFailure as exc:
+                failure = exc
+        except asyncio.CancelledError:
+            upstream.cancel()
+            self._record_cancelled(route, requester, arguments, started_at, time.perf_counter() - started, running)
+            raise
+        seconds = time.perf_counter() - started
+        if running is not None:
+            call = await sync_to_async(calls.record_outcome, thread_sensitive=False)(
+                running.result(), result, failure, seconds
+            )
+            return result_for(call)
+        finished = calls.finished_call(tool, route.decision, requester, arguments, started_at, result, failure, seconds)
+        if result is None:
+            # The agent is told the call's number: the row comes first.
+            [call] = await sync_to_async(ledger.write, thread_sensitive=False)([finished])
+            return result_for(call)
+        ledger.writer.submit(finished)
+        return _upstream_result(result)
+
+    def _record_cancelled(
+        self,
+        route: Route,
+        requester: Any,
+        arguments: dict[str, Any],
+        started_at: Any,
+        seconds: float,
+        running: asyncio.Future[Call] | None,
+    ) -> None:
+        """The agent went away mid-call: the row says so (the server may have answered)."""
+        from hostapp.calls import actions as calls
+
+        failure = errors.ambiguous_error("the agent went away before the call finished", reason="cancelled")
+        if running is None:
+            ledger.writer.submit(
+                calls.finished_call(
+                    route.tool, route.decision, requester, arguments, started_at, None, failure, seconds
+                )
+            )
+            return
+
+        def finish(row: asyncio.Future[Call]) -> None:
+            if row.cancelled() or row.exception() is not None:
+                return
+            task = asyncio.ensure_future(
+                sync_to_async(calls.record_outcome, thread_sensitive=False)(row.result(), None, failure, seconds)
+            )
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        running.add_done_callback(finish)
 
     async def _await(self, ctx: Any, call: Call) -> types.CallToolResult:
         started = time.monotonic()

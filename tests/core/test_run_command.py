@@ -10,67 +10,15 @@ import stat
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
-from tests.helpers import PYTHON, REPO, clean_env, free_port, wait_until
+from tests.helpers import PYTHON, REPO, clean_env, wait_until
+from tests.host import RunningHost
 
 pytestmark = pytest.mark.slow
-
-
-class RunningHost:
-    def __init__(self, data_dir: Path, *args: str) -> None:
-        self.port = free_port()
-        self.lines: list[str] = []
-        env = clean_env(PATCHBAY_DATA_DIR=str(data_dir), DATABASE_URL=None, REDIS_URL=None, SECRET_KEY=None)
-        self.proc = subprocess.Popen(
-            [PYTHON, "manage.py", "run", "--port", str(self.port), *args],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self) -> None:
-        def ready() -> bool:
-            assert self.proc.poll() is None, f"run exited early:\n{self.output}"
-            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
-
-        wait_until(ready, timeout=90, what=f"the web process to answer\n{self.output}")
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-        try:
-            return self.proc.wait(timeout=60)
-        finally:
-            self._reader.join(timeout=5)
-
-    def kill_group(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -83,21 +31,6 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def _login(base: str, username: str, password: str) -> httpx.Client:
-    client = httpx.Client(base_url=base, follow_redirects=True, timeout=10)
-    page = client.get("/login/")
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-    assert token, page.text
-    response = client.post(
-        "/login/",
-        data={"csrfmiddlewaretoken": token.group(1), "username": username, "password": password, "next": "/"},
-        headers={"Referer": f"{base}/login/"},
-    )
-    assert response.status_code == 200
-    assert "Log out" in response.text, response.text
-    return client
 
 
 def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_path: Path) -> None:
@@ -116,7 +49,7 @@ def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_
         assert f"password: {password.group(1)}" in creds.read_text()
         assert str(creds) in out
 
-        client = _login(host.url, "admin", password.group(1))
+        client = host.http_client(password=password.group(1))
         home = client.get("/")
         for section in ("Servers", "Catalog", "Calls", "Outbox"):
             assert re.search(rf'<a href="/{section.lower()}/"[^>]*>{section}\b', home.text), section
@@ -138,7 +71,7 @@ def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_
             assert part in names, names
         assert (tmp_path / "redis.sock").exists()
 
-        assert host.stop(signal.SIGTERM) == 0
+        assert host.signal_and_wait(signal.SIGTERM) == 0
         gone, alive = psutil.wait_procs(procs, timeout=10)
         assert not alive, [p.cmdline() for p in alive]
         assert not _group_alive(host.proc.pid)
@@ -152,7 +85,7 @@ def test_a_second_run_does_not_show_the_password_again(tmp_path: Path) -> None:
     try:
         first.wait_ready()
         assert "password:" in first.output
-        assert first.stop(signal.SIGINT) == 0
+        assert first.signal_and_wait(signal.SIGINT) == 0
     finally:
         first.kill_group()
     second = RunningHost(tmp_path, "--no-worker", "--no-beat")
@@ -160,7 +93,7 @@ def test_a_second_run_does_not_show_the_password_again(tmp_path: Path) -> None:
         second.wait_ready()
         assert "password:" not in second.output
         assert "Admin credentials from the first run are kept in" in second.output
-        assert second.stop() == 0
+        assert second.signal_and_wait() == 0
     finally:
         second.kill_group()
 

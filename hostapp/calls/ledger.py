@@ -1,0 +1,203 @@
+"""Ledger rows written behind the answer, for read-only calls the agents' endpoint ran at once.
+
+A read-only call from an agent is answered as soon as its server has answered; its row
+(with its two events, created and finished) goes to this process's ledger writer, a
+thread that writes what arrived within a few milliseconds in one transaction and then
+tells open pages. Every call still becomes a row: a few milliseconds after its answer
+instead of before it. A call that runs longer than a moment is written first, as
+running, like any other (the endpoint decides that; see hostapp/gateway/server.py).
+
+What is not written yet lives in this process's memory:
+
+* on a normal stop (SIGTERM, Ctrl-C) the writer empties its queue before the process
+  exits;
+* when the database refuses a batch, the writer keeps it and tries again, backing off,
+  and says it is not `accepting()`: the endpoint then sends calls the way that writes
+  first (which fails loudly while the database is down) until the writer has caught up;
+* a row the database can never take (a constraint it breaks) is logged in full, at
+  ERROR, and dropped, so that one bad row does not hold the others back;
+* a process killed outright (SIGKILL, a power cut) loses the rows of the read-only calls
+  it answered in its last few milliseconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
+
+from .models import Call, CallEvent
+
+logger = logging.getLogger(__name__)
+
+# What arrives within this long after the first row of a batch is written with it.
+BATCH_WINDOW = 0.02
+BATCH_MAX = 200
+# Rows waiting beyond this many: the endpoint writes before answering until the writer catches up.
+BACKLOG_MAX = 2000
+RETRY_FIRST = 0.2
+RETRY_MAX = 5.0
+
+
+@dataclass
+class Finished:
+    """A call's row and its two events, ready to write."""
+
+    fields: dict[str, Any]  # Call's fields
+    actor: str  # who asked (the created event's actor)
+    created: dict[str, Any]  # the created event's detail
+    outcome: str  # "succeeded" or "failed"
+    outcome_detail: dict[str, Any] = field(default_factory=dict)
+
+
+def write(batch: list[Finished]) -> list[Call]:
+    """Write calls and their events in one transaction; pages hear of them on commit.
+
+    A tool removed from the catalog or an agent token deleted since the call leaves the
+    row without that link (as deleting it afterwards would: `SET_NULL`)."""
+    from hostapp.catalog.models import Tool
+    from hostapp.gateway.models import AgentToken
+
+    from .actions import _broadcast
+
+    tools = {f.fields.get("tool_id") for f in batch} - {None}
+    agents = {f.fields.get("requester_agent_id") for f in batch} - {None}
+    with transaction.atomic():
+        live_tools = set(Tool.objects.filter(pk__in=tools).values_list("pk", flat=True)) if tools else set()
+        live_agents = set(AgentToken.objects.filter(pk__in=agents).values_list("pk", flat=True)) if agents else set()
+        rows = []
+        for f in batch:
+            fields = dict(f.fields)
+            if fields.get("tool_id") not in live_tools:
+                fields["tool_id"] = None
+            if fields.get("requester_agent_id") not in live_agents:
+                fields["requester_agent_id"] = None
+            rows.append(Call(**fields))
+        calls = Call.objects.bulk_create(rows)
+        events = []
+        for call, f in zip(calls, batch, strict=True):
+            events.append(CallEvent(call=call, kind="created", actor=f.actor, detail=f.created))
+            events.append(CallEvent(call=call, kind=f.outcome, actor="", detail=f.outcome_detail))
+        CallEvent.objects.bulk_create(events)
+        for call in calls:
+            _broadcast(call)
+    return calls
+
+
+class LedgerWriter:
+    """One per process: a queue of finished calls and the thread that writes them."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
+        self._progress = threading.Condition()
+        self._submitted = 0
+        self._handled = 0
+        self._failing = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def accepting(self) -> bool:
+        """Whether calls may be answered before their row is written."""
+        return not self._failing and self._submitted - self._handled < BACKLOG_MAX
+
+    def submit(self, item: Finished) -> None:
+        with self._lock:
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+                self._pid = os.getpid()
+                self._thread.start()
+        with self._progress:
+            self._submitted += 1
+        self._queue.put(item)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every call submitted so far is written (or, if it never can be, logged)."""
+        with self._progress:
+            target = self._submitted
+            return self._progress.wait_for(lambda: self._handled >= target, timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Write what is queued, then end the thread (at exit)."""
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self._pid != os.getpid():
+            return
+        self._queue.put(None)
+        thread.join(timeout)
+        if thread.is_alive():
+            logger.error(
+                "the ledger writer did not finish within %.0fs: %d answered calls are not recorded",
+                timeout,
+                self._submitted - self._handled,
+            )
+
+    def _run(self) -> None:
+        try:
+            stop = False
+            while not stop:
+                item = self._queue.get()
+                if item is None:
+                    break
+                batch, stop = self._collect(item)
+                self._persist(batch)
+                self._failing = False
+                self._handled_more(len(batch))
+        finally:
+            connection.close()
+
+    def _collect(self, first: Finished) -> tuple[list[Finished], bool]:
+        batch = [first]
+        deadline = time.monotonic() + BATCH_WINDOW
+        while len(batch) < BATCH_MAX:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                item = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _persist(self, batch: list[Finished]) -> None:
+        """Write the batch, retrying while the database fails; a row it refuses is logged and left out."""
+        delay = RETRY_FIRST
+        while True:
+            close_old_connections()
+            try:
+                write(batch)
+                return
+            except IntegrityError as exc:
+                if len(batch) == 1:
+                    logger.error("a call the database refuses is not recorded (%s): %r", exc, batch[0])
+                    return
+                # A row's fault, not the database's: one by one, so only that row is left out.
+                for item in batch:
+                    self._persist([item])
+                return
+            except DatabaseError as exc:
+                self._failing = True
+                logger.warning(
+                    "the ledger could not be written (%s): %d calls kept, retrying in %.1fs", exc, len(batch), delay
+                )
+                connection.close()
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX)
+
+    def _handled_more(self, count: int) -> None:
+        with self._progress:
+            self._handled += count
+            self._progress.notify_all()
+
+
+writer = LedgerWriter()
+atexit.register(writer.stop)
