@@ -69,11 +69,20 @@ def _validator(schema_json: str) -> Any:
 
 def validate_arguments(schema: dict[str, Any], arguments: Any) -> list[dict[str, str]]:
     """Every way `arguments` breaks `schema`, each with the path of the field it concerns."""
+    return check_arguments(schema_key(schema), arguments)
+
+
+def schema_key(schema: dict[str, Any]) -> str:
+    """A tool's input schema as :func:`check_arguments` takes it (kept by callers that check often)."""
+    return json.dumps(schema or {"type": "object"}, sort_keys=True)
+
+
+def check_arguments(schema_json: str, arguments: Any) -> list[dict[str, str]]:
+    """:func:`validate_arguments` for a schema given by :func:`schema_key`."""
     if not isinstance(arguments, dict):
         return [{"path": "", "message": "arguments must be a JSON object"}]
-    schema = schema or {"type": "object"}
     try:
-        validator = _validator(json.dumps(schema, sort_keys=True))
+        validator = _validator(schema_json)
     except jsonschema.SchemaError as exc:
         return [{"path": "", "message": f"the tool's input schema is invalid: {exc.message}"}]
     try:

@@ -100,6 +100,7 @@ class Route:
     tool: Any  # hostapp.catalog.models.Tool, with its server
     decision: Decision
     read_at: float
+    schema: str  # its input schema, as hostapp.calls.actions.check_arguments takes it
 
 
 def _status_tool() -> types.Tool:
@@ -363,20 +364,21 @@ class Gateway:
             return _text_result(exc.message + (f" ({details})" if details else ""), is_error=True)
         if call.decision == Call.RUN and call.status == Call.RUNNING:
             if generation == self._routes_generation:
-                self.routes[name] = Route(call.tool, Decision(call.decision, call.decision_reason), read_at)
+                decision = Decision(call.decision, call.decision_reason)
+                self.routes[name] = Route(call.tool, decision, read_at, calls.schema_key(call.tool.input_schema))
             call = await calls.arun_now(call)
             return result_for(call)
         return await self._await(ctx, call)
 
     def _fresh_route(self, name: str, arguments: dict[str, Any]) -> Route | None:
         """The tool's route if its call may be answered before its row is written."""
-        from hostapp.calls.actions import validate_arguments
+        from hostapp.calls.actions import check_arguments
         from hostapp.catalog.pool import current_pool
 
         route = self.routes.get(name)
         if route is None or time.monotonic() - route.read_at >= POLICY_FRESH or not ledger.writer.accepting():
             return None
-        if current_pool(route.tool.server) is None or validate_arguments(route.tool.input_schema, arguments):
+        if current_pool(route.tool.server) is None or check_arguments(route.schema, arguments):
             return None  # the path that writes first starts the server, or says what is wrong
         return route
 
@@ -403,7 +405,11 @@ class Gateway:
                         tool, route.decision, requester, arguments, started_at
                     )
                 )
-                await asyncio.shield(running)
+                try:
+                    await asyncio.shield(running)
+                except Exception:  # boundary: the call goes on; its row is written when it ends
+                    logger.exception("a running read-only call could not be recorded as running")
+                    running = None
             try:
                 result = await upstream
                 failure = result_failure(result, tool.original_name)
