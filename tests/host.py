@@ -21,7 +21,7 @@ from tests.helpers import PYTHON, REPO, clean_env, free_port, wait_until
 class RunningHost:
     """`manage.py run --port N [ARGS]` on a fresh data dir: SQLite, embedded Redis, web + worker + beat."""
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.lines: list[str] = []
@@ -32,6 +32,7 @@ class RunningHost:
             SECRET_KEY=None,
             PATCHBAY_DEBUG=None,
             DEBUG=None,
+            **(env or {}),
         )
         self.proc = subprocess.Popen(
             [PYTHON, "manage.py", "run", "--port", str(self.port), *args],

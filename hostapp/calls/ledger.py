@@ -2,9 +2,10 @@
 
 A read-only call from an agent is answered as soon as its server has answered; its row
 (with its two events, created and finished) goes to this process's ledger writer, a
-thread that writes what arrived within a tenth of a second in one transaction and then
-tells open pages. Every call still becomes a row: within a tenth of a second after its
-answer instead of before it. A call that runs longer than a moment is written first, as
+thread that writes what arrived within a tenth of a second (PATCHBAY_LEDGER_BATCH_MS) in
+one transaction and then tells open pages. Every call still becomes a row: within a tenth
+of a second after its answer instead of before it (PATCHBAY_LEDGER_WRITE_BEHIND=false:
+before it, as every other call). A call that runs longer than a moment is written first, as
 running, like any other (the endpoint decides that; see hostapp/gateway/server.py).
 
 What is not written yet lives in this process's memory:
@@ -31,15 +32,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
 
 from .models import Call, CallEvent
 
 logger = logging.getLogger(__name__)
 
-# What arrives within this long after the first row of a batch is written with it: one
-# transaction for all, which costs the process less than many (and pages hear within it).
-BATCH_WINDOW = 0.1
+# What arrives within PATCHBAY_LEDGER_BATCH_MS after the first row of a batch is written
+# with it: one transaction for all costs the process less than many.
 BATCH_MAX = 200
 # Rows waiting beyond this many: the endpoint writes before answering until the writer catches up.
 BACKLOG_MAX = 2000
@@ -155,7 +156,7 @@ class LedgerWriter:
 
     def _collect(self, first: Finished) -> tuple[list[Finished], bool]:
         batch = [first]
-        deadline = time.monotonic() + BATCH_WINDOW
+        deadline = time.monotonic() + settings.PATCHBAY_LEDGER_BATCH_MS / 1000
         while len(batch) < BATCH_MAX:
             left = deadline - time.monotonic()
             if left <= 0:

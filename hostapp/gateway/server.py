@@ -376,7 +376,12 @@ class Gateway:
         from hostapp.catalog.pool import current_pool
 
         route = self.routes.get(name)
-        if route is None or time.monotonic() - route.read_at >= POLICY_FRESH or not ledger.writer.accepting():
+        if (
+            route is None
+            or not settings.PATCHBAY_LEDGER_WRITE_BEHIND
+            or time.monotonic() - route.read_at >= POLICY_FRESH
+            or not ledger.writer.accepting()
+        ):
             return None
         if current_pool(route.tool.server) is None or check_arguments(route.schema, arguments):
             return None  # the path that writes first starts the server, or says what is wrong

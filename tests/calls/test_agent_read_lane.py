@@ -140,6 +140,15 @@ def test_a_read_only_call_is_recorded_the_same_whether_its_row_comes_first_or_af
         assert call.started_at <= call.finished_at and call.duration_ms is not None
 
 
+def test_with_write_behind_off_every_call_is_written_before_it_runs(agent: Agent, written: list[Any]) -> None:
+    from hostapp.calls.models import Call
+
+    with override_settings(PATCHBAY_LEDGER_WRITE_BEHIND=False):
+        for _ in range(3):
+            assert not agent.call("mailbox__read", {"message_id": "msg-0001"}).is_error
+    assert not written and Call.objects.filter(status=Call.SUCCEEDED).count() == 3
+
+
 def test_a_tool_error_is_recorded_after_the_answer_like_the_server_said_it(agent: Agent, written: list[Any]) -> None:
     from hostapp.calls.ledger import writer
     from hostapp.calls.models import Call

@@ -185,3 +185,43 @@ def test_a_child_whose_program_does_not_exist_is_refused_at_once() -> None:
     with pytest.raises(FileNotFoundError, match="no such program: no-such-program-patchbay"):
         sup.start(ChildSpec("ghost", ["no-such-program-patchbay", "--flag"]))
     assert sup.children == []
+
+
+def test_a_stop_right_after_read_only_answers_loses_none_of_their_rows(tmp_path: Path) -> None:
+    """Read-only calls from an agent are answered before their ledger row is written, in
+    batches (here gathered over a minute, so that none is written before the stop): SIGTERM
+    at once, and every call the agent got an answer for is in the ledger after the stop."""
+    import asyncio
+    import json
+
+    import httpx2
+    import mcp
+    from mcp.client.streamable_http import streamable_http_client
+
+    host = RunningHost(tmp_path, "--no-beat", env={"PATCHBAY_LEDGER_BATCH_MS": "60000"})
+    try:
+        host.wait_ready()
+        host.wait_for_tools("mailbox__read")
+        token = json.loads(host.manage("mcp", "token", "create", "stopper", "--json"))["token"]
+
+        async def calls() -> int:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=30) as http,
+                mcp.Client(streamable_http_client(f"{host.url}/mcp", http_client=http), mode="auto") as client,
+            ):
+                answered = 0
+                for _ in range(40):
+                    result = await client.call_tool("mailbox__read", {"message_id": "msg-0001"})
+                    assert not result.is_error, result
+                    answered += 1
+                return answered
+
+        answered = asyncio.run(calls())
+        assert host.signal_and_wait(signal.SIGTERM) == 0
+        rows = json.loads(host.manage("mcp", "calls", "--json", "--limit", "100"))
+        mine = [r for r in rows if r["requester"] == "stopper"]
+        assert len(mine) == answered, host.output
+        assert {r["status"] for r in mine} == {"succeeded"}
+    finally:
+        host.kill_group()
