@@ -15,8 +15,9 @@ What is not written yet lives in this process's memory:
 * when the database refuses a batch, the writer keeps it and tries again, backing off,
   and says it is not `accepting()`: the endpoint then sends calls the way that writes
   first (which fails loudly while the database is down) until the writer has caught up;
-* a row the database can never take (a constraint it breaks) is logged in full, at
-  ERROR, and dropped, so that one bad row does not hold the others back;
+* a row the database refuses for what it holds (PostgreSQL takes no NUL byte or NaN in
+  JSON) is written with its result replaced by a note saying why; one it still refuses is
+  logged in full, at ERROR, and left out, so that one bad row does not hold the others back;
 * a process killed outright (SIGKILL, a power cut) loses the rows of the read-only calls
   it answered in its last tenth of a second.
 """
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 
 from .models import Call, CallEvent
 
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 BATCH_MAX = 200
 # Rows waiting beyond this many: the endpoint writes before answering until the writer catches up.
 BACKLOG_MAX = 2000
+# The writer's database session is closed after this long without calls.
+IDLE_CLOSE = 2.0
 RETRY_FIRST = 0.2
 RETRY_MAX = 5.0
 
@@ -88,9 +91,42 @@ def write(batch: list[Finished]) -> list[Call]:
             events.append(CallEvent(call=call, kind="created", actor=f.actor, detail=f.created))
             events.append(CallEvent(call=call, kind=f.outcome, actor="", detail=f.outcome_detail))
         CallEvent.objects.bulk_create(events)
+        _keep_times(calls, events)
         for call in calls:
             _broadcast(call)
     return calls
+
+
+def _keep_times(calls: list[Call], events: list[CallEvent]) -> None:
+    """The rows say when the call was made and ended, not when they were written
+    (`auto_now_add` stamps the insert): created at its start, its outcome at its end."""
+    ops = connection.ops
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {ops.quote_name(Call._meta.db_table)} SET {ops.quote_name('created_at')} = %s WHERE id = %s",
+            [(ops.adapt_datetimefield_value(c.started_at), c.pk) for c in calls],
+        )
+        cursor.executemany(
+            f"UPDATE {ops.quote_name(CallEvent._meta.db_table)} SET {ops.quote_name('at')} = %s WHERE id = %s",
+            [
+                (ops.adapt_datetimefield_value(c.started_at if e.kind == "created" else c.finished_at), e.pk)
+                for c, e in zip([c for c in calls for _ in (0, 1)], events, strict=True)
+            ],
+        )
+    for call in calls:
+        call.created_at = call.started_at
+
+
+def _storable(item: Finished, error: Exception) -> list[Finished]:
+    """The call as rows the database may take, to try in turn: its result replaced by a
+    note of why it is not kept (PostgreSQL takes no NUL byte or NaN in JSON), then its
+    arguments too."""
+    note = f"not stored: the database refused it ({type(error).__name__}: {str(error)[:300]})"
+    fields = dict(item.fields)
+    fields["result"] = {"content": [{"type": "text", "text": note}], "isError": bool(fields.get("is_error"))}
+    without_result = Finished(fields, item.actor, item.created, item.outcome, item.outcome_detail)
+    fields = {**fields, "arguments": {"_patchbay": note}}
+    return [without_result, Finished(fields, item.actor, item.created, item.outcome, item.outcome_detail)]
 
 
 class LedgerWriter:
@@ -112,9 +148,15 @@ class LedgerWriter:
 
     def submit(self, item: Finished) -> None:
         with self._lock:
-            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+            if self._pid != os.getpid():
+                # A forked child starts empty: what the parent queued is the parent's to write.
+                self._queue = queue.SimpleQueue()
+                self._submitted = self._handled = 0
+                self._failing = False
+                self._thread = None
                 self._pid = os.getpid()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
                 self._thread.start()
         with self._progress:
             self._submitted += 1
@@ -127,7 +169,9 @@ class LedgerWriter:
             return self._progress.wait_for(lambda: self._handled >= target, timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Write what is queued, then end the thread (at exit)."""
+        """Write what is queued, then end the thread (at exit), and let pages hear of it."""
+        from hostapp.core import events
+
         thread = self._thread
         if thread is None or not thread.is_alive() or self._pid != os.getpid():
             return
@@ -139,18 +183,25 @@ class LedgerWriter:
                 timeout,
                 self._submitted - self._handled,
             )
+        events.flush(timeout=2.0)
 
     def _run(self) -> None:
         try:
             stop = False
             while not stop:
-                item = self._queue.get()
+                try:
+                    item = self._queue.get(timeout=IDLE_CLOSE)
+                except queue.Empty:
+                    connection.close()  # idle: no database session held for nothing
+                    item = self._queue.get()
                 if item is None:
                     break
                 batch, stop = self._collect(item)
-                self._persist(batch)
-                self._failing = False
-                self._handled_more(len(batch))
+                try:
+                    self._persist(batch)
+                finally:
+                    self._failing = False
+                    self._handled_more(len(batch))
         finally:
             connection.close()
 
@@ -171,22 +222,17 @@ class LedgerWriter:
         return batch, False
 
     def _persist(self, batch: list[Finished]) -> None:
-        """Write the batch, retrying while the database fails; a row it refuses is logged and left out."""
+        """Write the batch, retrying while the database is unreachable or busy; rows it
+        refuses for what they hold are written one by one, with what it refuses replaced
+        (see `_storable`), and a row it still refuses is logged in full."""
         delay = RETRY_FIRST
+        original, fallbacks = batch[0], None
         while True:
-            close_old_connections()
             try:
+                close_old_connections()
                 write(batch)
                 return
-            except IntegrityError as exc:
-                if len(batch) == 1:
-                    logger.error("a call the database refuses is not recorded (%s): %r", exc, batch[0])
-                    return
-                # A row's fault, not the database's: one by one, so only that row is left out.
-                for item in batch:
-                    self._persist([item])
-                return
-            except DatabaseError as exc:
+            except (OperationalError, InterfaceError) as exc:
                 self._failing = True
                 logger.warning(
                     "the ledger could not be written (%s): %d calls kept, retrying in %.1fs", exc, len(batch), delay
@@ -194,6 +240,18 @@ class LedgerWriter:
                 connection.close()
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
+            except Exception as exc:  # boundary: a row's content, not the database's state
+                if len(batch) > 1:
+                    for item in batch:
+                        self._persist([item])
+                    return
+                if fallbacks is None:
+                    fallbacks = _storable(original, exc)
+                if not fallbacks:
+                    logger.error("a call the database refuses is not recorded (%s): %r", exc, original)
+                    return
+                logger.warning("a call is recorded without what the database refuses (%s)", exc)
+                batch = [fallbacks.pop(0)]
 
     def _handled_more(self, count: int) -> None:
         with self._progress:

@@ -420,6 +420,9 @@ class Gateway:
                 failure = result_failure(result, tool.original_name)
             except McpFailure as exc:
                 failure = exc
+            except Exception as exc:  # boundary: a pool closing under the call, say; on record all the same
+                logger.exception("a read-only call to %s failed in the host", tool.exposed_name)
+                failure = errors.ambiguous_error(f"the host could not finish the call: {exc}", reason="internal")
         except asyncio.CancelledError:
             upstream.cancel()
             self._record_cancelled(route, requester, arguments, started_at, time.perf_counter() - started, running)
@@ -461,6 +464,12 @@ class Gateway:
 
         def finish(row: asyncio.Future[Call]) -> None:
             if row.cancelled() or row.exception() is not None:
+                # Not on record as running: on record as it ended.
+                ledger.writer.submit(
+                    calls.finished_call(
+                        route.tool, route.decision, requester, arguments, started_at, None, failure, seconds
+                    )
+                )
                 return
             task = asyncio.ensure_future(
                 sync_to_async(calls.record_outcome, thread_sensitive=False)(row.result(), None, failure, seconds)

@@ -138,6 +138,9 @@ def test_a_read_only_call_is_recorded_the_same_whether_its_row_comes_first_or_af
     assert [kind for kind, _, _ in after["events"]] == ["created", "succeeded"]
     for call in calls:
         assert call.started_at <= call.finished_at and call.duration_ms is not None
+    created, succeeded = calls[1].events.order_by("pk")
+    assert calls[1].created_at == calls[1].started_at == created.at  # when it was made, not written
+    assert succeeded.at == calls[1].finished_at
 
 
 def test_with_write_behind_off_every_call_is_written_before_it_runs(agent: Agent, written: list[Any]) -> None:
@@ -260,6 +263,31 @@ def test_a_row_the_database_cannot_take_is_logged_and_the_others_written(
     assert writer.flush(10)
     assert sorted(Call.objects.values_list("tool_name", flat=True)) == ["ops__a", "ops__b"]
     assert "refuses" in caplog.text and "ops__broken" in caplog.text
+    writer.stop()
+
+
+def test_a_result_the_database_refuses_is_recorded_with_a_note_instead(
+    transactional_db: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL takes no NaN (nor a NUL byte) in JSON, SQLite's JSON check no NaN: the call
+    is on record all the same, its result replaced by why it is not kept."""
+    from hostapp.calls import ledger
+    from hostapp.calls.models import Call
+
+    writer = ledger.LedgerWriter()
+    odd = _finished("odd")
+    odd.fields["result"] = {"content": [{"type": "text", "text": "x"}], "structuredContent": {"v": float("nan")}}
+    caplog.set_level(logging.WARNING, logger="hostapp.calls.ledger")
+    for item in (_finished("a"), odd):
+        writer.submit(item)
+    assert writer.flush(10)
+    rows = {c.tool_name: c for c in Call.objects.all()}
+    assert sorted(rows) == ["ops__a", "ops__odd"]
+    assert rows["ops__a"].result == {"content": [{"type": "text", "text": "a"}], "isError": False}
+    note = rows["ops__odd"].result["content"][0]["text"]
+    assert note.startswith("not stored: the database refused it"), note
+    assert rows["ops__odd"].status == Call.SUCCEEDED
+    assert "without what the database refuses" in caplog.text
     writer.stop()
 
 
