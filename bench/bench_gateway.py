@@ -26,6 +26,11 @@ SDK's ``mcp.Client`` (one long-lived client per path and era, shared by the conc
 * ``endpoint > stdio``: the endpoint, tool ``mailbox__read``: the host's own stdio connection
   (servers/mcp.json), as a fresh install runs it.
 
+``--floor`` adds a fifth: ``sdk proxy > http``, bench_sdk_proxy.py's proxy (the SDK's server
+side under plain daphne, forwarding through one SDK client, nothing of Patchbay) in front of
+the same direct server, so that what the endpoint adds and what any host built on the SDK and
+daphne adds are measured in the same run; their difference is Patchbay's own share.
+
 ``endpoint > http`` minus ``direct http`` is the added latency, like for like; ``endpoint >
 stdio`` minus ``direct stdio`` the same with the bundled configuration. Every cell runs
 ``--seconds`` (or ``--calls`` calls) with ``concurrency`` tasks calling back to back. Cells are
@@ -77,8 +82,11 @@ DIRECT_HTTP = "direct http"
 ENDPOINT_HTTP = "endpoint > http"
 DIRECT_STDIO = "direct stdio"
 ENDPOINT_STDIO = "endpoint > stdio"
+# With --floor: bench_sdk_proxy.py's proxy (the SDK's server under plain daphne, forwarding
+# through one SDK client, nothing of Patchbay) in front of the same direct server.
+FLOOR_HTTP = "sdk proxy > http"
 PATHS = (DIRECT_HTTP, ENDPOINT_HTTP, DIRECT_STDIO, ENDPOINT_STDIO)
-PAIRS = ((ENDPOINT_HTTP, DIRECT_HTTP), (ENDPOINT_STDIO, DIRECT_STDIO))
+PAIRS = ((ENDPOINT_HTTP, DIRECT_HTTP), (ENDPOINT_STDIO, DIRECT_STDIO), (FLOOR_HTTP, DIRECT_HTTP))
 TARGET_MS = 5.0
 
 
@@ -346,6 +354,8 @@ async def main(opts: argparse.Namespace) -> int:
     levels = [int(x) for x in opts.levels.split(",")]
     modes = [m for m in opts.modes.split(",") if m]
     paths = [p for p in PATHS if opts.stdio or "stdio" not in p]
+    if opts.floor:
+        paths.insert(paths.index(ENDPOINT_HTTP) + 1, FLOOR_HTTP)
     database_url = opts.database_url or os.environ.get("DATABASE_URL") or None
     data_dir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
 
@@ -359,17 +369,25 @@ async def main(opts: argparse.Namespace) -> int:
 
     host = Host(data_dir, database_url)
     direct = DirectServer(data_dir / "servers")
+    floor = None
     try:
         t0 = time.monotonic()
         direct.wait_ready()
+        if opts.floor:
+            from bench_sdk_proxy import ProxyServer  # it imports this module's helpers
+
+            floor = ProxyServer(direct.url, data_dir / "sdk-proxy.log")
+            floor.wait_ready()
         host.wait_ready()
         token = json.loads(host.manage("token", "create", "bench", "--json"))["token"]
         config = {"mcpServers": {"mailbox-http": {"url": direct.url, "trusted": True}}}
         host.manage("import", "-", "--refresh", stdin=json.dumps(config))
         print(f"# host ready in {time.monotonic() - t0:.0f}s (data dir {data_dir})", file=sys.stderr, flush=True)
-        return await measure(opts, host, direct, token, levels, modes, paths, data_dir)
+        return await measure(opts, host, direct, token, levels, modes, paths, data_dir, floor)
     finally:
         host.stop()
+        if floor is not None:
+            floor.stop()
         direct.stop()
         if not opts.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -384,6 +402,7 @@ async def measure(
     modes: list[str],
     paths: list[str],
     data_dir: Path,
+    floor: Any = None,
 ) -> int:
     endpoint = f"{host.url}/mcp"
     stdio = StdioServerParameters(
@@ -395,6 +414,7 @@ async def measure(
     tool = {
         DIRECT_HTTP: "read",
         ENDPOINT_HTTP: "mailbox-http__read",
+        FLOOR_HTTP: "read",
         DIRECT_STDIO: "read",
         ENDPOINT_STDIO: "mailbox__read",
     }
@@ -414,6 +434,8 @@ async def measure(
                         cm = http_client(direct.url, mode)
                     elif path == DIRECT_STDIO:
                         cm = Client(stdio, mode=mode)
+                    elif path == FLOOR_HTTP:
+                        cm = http_client(floor.url, mode)
                     else:
                         cm = http_client(endpoint, mode, token)
                     before = {c.pid for c in me.children()}
@@ -455,6 +477,7 @@ async def measure(
             "web": web,
             "direct http server": psutil.Process(direct.proc.pid),
             "host's stdio server": None,
+            "sdk proxy": psutil.Process(floor.proc.pid) if floor is not None else None,
         }
         with contextlib.suppress(RuntimeError):
             procs["host's stdio server"] = host.web_child("servers.mailbox")
@@ -462,6 +485,7 @@ async def measure(
             DIRECT_HTTP: "direct http server",
             ENDPOINT_HTTP: "direct http server",
             ENDPOINT_STDIO: "host's stdio server",
+            FLOOR_HTTP: "direct http server",
         }
 
         print(
@@ -482,7 +506,9 @@ async def measure(
         for rnd in range(opts.rounds):
             for mode, level, path in plan if rnd % 2 == 0 else list(reversed(plan)):
                 server = stdio_server.get(mode) if path == DIRECT_STDIO else procs[server_of[path]]
-                who = {"client": procs["client"], "web": procs["web"], "server": server}
+                # "web" is what forwards the call: the host's web process, or the SDK proxy.
+                web_of = procs["sdk proxy"] if path == FLOOR_HTTP else procs["web"]
+                who = {"client": procs["client"], "web": web_of, "server": server}
                 before = {k: cpu_seconds(p) for k, p in who.items()}
                 n, elapsed, lat = await drive(calls[(mode, path)], level, opts.calls, opts.seconds)
                 cell = cells[(mode, level, path)]
@@ -541,7 +567,7 @@ def report(cells: dict[tuple[str, int, str], Cell], modes: list[str], levels: li
     print("| era | concurrency | path | calls | calls/s | p50 ms | p99 ms | CPU µs/call: client | web | server |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for (mode, level, path), cell in cells.items():
-        web = f"{cell.cpu_per_call('web'):.0f}" if path.startswith("endpoint") else "-"
+        web = f"{cell.cpu_per_call('web'):.0f}" if "> " in path else "-"
         print(
             f"| {mode} | {level} | {path} | {cell.calls} | {cell.rate:.0f} | {cell.pct(0.5):.2f} | {cell.pct(0.99):.2f} "
             f"| {cell.cpu_per_call('client'):.0f} | {web} | {cell.cpu_per_call('server'):.0f} |"
@@ -565,6 +591,23 @@ def report(cells: dict[tuple[str, int, str], Cell], modes: list[str], levels: li
                 print(
                     f"| {mode} | {level} | {through.split('> ')[1]} | {added:+.2f} | {a.pct(0.99) - b.pct(0.99):+.2f} "
                     f"| {a.rate / b.rate:.2f} | {a.cpu_per_call('web'):.0f} | {'met' if added < TARGET_MS else 'NOT met'} |"
+                )
+    if FLOOR_HTTP in paths:
+        print()
+        print(
+            "The endpoint against the floor, same run: endpoint > http minus sdk proxy > http (the SDK and daphne alone)."
+        )
+        print()
+        print(
+            "| era | concurrency | endpoint added p50 ms | floor added p50 ms | Patchbay's own p50 ms | web CPU µs/call: endpoint | floor |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for mode in modes:
+            for level in levels:
+                e, f, d = (cells[(mode, level, p)] for p in (ENDPOINT_HTTP, FLOOR_HTTP, DIRECT_HTTP))
+                print(
+                    f"| {mode} | {level} | {e.pct(0.5) - d.pct(0.5):+.2f} | {f.pct(0.5) - d.pct(0.5):+.2f} "
+                    f"| {e.pct(0.5) - f.pct(0.5):+.2f} | {e.cpu_per_call('web'):.0f} | {f.cpu_per_call('web'):.0f} |"
                 )
 
 
@@ -829,6 +872,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--modes", default="auto,legacy", help="client eras: auto (modern), legacy (default both)")
     parser.add_argument("--clients", choices=("shared", "per-worker"), default="shared")
     parser.add_argument("--no-stdio", dest="stdio", action="store_false", help="skip the stdio pair")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure bench_sdk_proxy.py's proxy (the SDK under daphne, no Patchbay) in front of the direct server",
+    )
     parser.add_argument("--database-url", help="the host's database (default: $DATABASE_URL, else SQLite)")
     parser.add_argument("--profile", metavar="DIR", help="then record the web process with py-spy into DIR")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")

@@ -90,7 +90,7 @@ def person(host: GatewayHost, decisions: Decisions, stop: threading.Event) -> No
                 if key in todo:
                     action = todo.pop(key)
                     decisions.decided[key] = row["call_id"]
-                    running.append((key, host.manage_async(action[0], str(row["call_id"]), *action[1:])))
+                    running.append((key, host.mcp_async(action[0], str(row["call_id"]), *action[1:])))
             for key, proc in running:
                 out, err = proc.communicate(timeout=CLI_TIMEOUT)
                 decisions.person_log.append(

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sqlite3
 import subprocess
 import threading
@@ -48,7 +46,8 @@ import httpx
 import pytest
 
 from tests.gateway import approvals
-from tests.helpers import PYTHON, REPO, clean_env, free_port, wait_until
+from tests.helpers import PYTHON, REPO, wait_until
+from tests.host import RunningHost
 
 BUNDLED_TOOLS = {
     "calendar__cancel",
@@ -74,49 +73,16 @@ AGENT_TOKENS = {"agent-auto": "", "agent-legacy": ""}
 MAIN_TOKENS = {**AGENT_TOKENS, "mail-only": "mailbox", "revoked-bot": ""}
 
 
-class GatewayHost:
+class GatewayHost(RunningHost):
+    """`manage.py run` (tests/host.py) with the endpoint tests' settings, tokens and CLI."""
+
     def __init__(self, name: str, data_dir: Path, args: tuple[str, ...] = (), **env: str) -> None:
+        super().__init__(data_dir, *args, env={"PATCHBAY_LOG_LEVEL": "WARNING", **env})
         self.name = name
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.lines: list[str] = []
         self.tokens: dict[str, str] = {}
-        self.env = clean_env(
-            PATCHBAY_DATA_DIR=str(data_dir),
-            DATABASE_URL=None,
-            REDIS_URL=None,
-            SECRET_KEY=None,
-            PATCHBAY_LOG_LEVEL="WARNING",
-            **env,
-        )
-        self.proc = subprocess.Popen(
-            [PYTHON, "manage.py", "run", "--port", str(self.port), *args],
-            cwd=REPO,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
         self._ready = False
         self.revoking: subprocess.Popen[str] | None = None
         self.token_lock = threading.Lock()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def mcp_url(self) -> str:
@@ -160,7 +126,7 @@ class GatewayHost:
 
     # -- the operator's CLI --------------------------------------------------------------
 
-    def manage_async(self, *args: str) -> subprocess.Popen[str]:
+    def mcp_async(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [PYTHON, "manage.py", "mcp", *args],
             cwd=REPO,
@@ -171,7 +137,7 @@ class GatewayHost:
             text=True,
         )
 
-    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def mcp(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [PYTHON, "manage.py", "mcp", *args],
             cwd=REPO,
@@ -191,7 +157,7 @@ class GatewayHost:
         procs = {}
         for name, servers in specs.items():
             args = ["token", "create", name, "--json"] + (["--servers", servers] if servers else [])
-            procs[name] = (args, self.manage_async(*args))
+            procs[name] = (args, self.mcp_async(*args))
         for name, (args, proc) in procs.items():
             out, err = proc.communicate(timeout=CLI_TIMEOUT)
             assert proc.returncode == 0, f"mcp {' '.join(args)} exited {proc.returncode}\n{out}\n{err}"
@@ -200,24 +166,16 @@ class GatewayHost:
             self.tokens[name] = created["token"]
 
     def calls(self, *args: str) -> list[dict[str, Any]]:
-        return json.loads(self.manage("calls", "--json", *args).stdout)
+        return json.loads(self.mcp("calls", "--json", *args).stdout)
 
     # -- stopping --------------------------------------------------------------------------
-
-    def terminate(self) -> None:
-        """SIGTERM to `manage.py run`: its supervisor stops every child (Redis included)."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGTERM)
 
     def wait_stopped(self) -> None:
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        # Whatever is left of the group (a stuck child) goes too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.kill_group()  # whatever is left of the group (a stuck child) goes too
         self._reader.join(timeout=5)
 
 
@@ -312,7 +270,7 @@ def main_host(gateway_hosts: _Hosts) -> GatewayHost:
         # background (a CLI run costs seconds) and test_endpoint joins it.
         worked = raw_initialize(host, {"Authorization": f"Bearer {host.tokens['revoked-bot']}"})
         assert worked.status_code == 200, worked.text
-        host.revoking = host.manage_async("token", "revoke", "revoked-bot")
+        host.revoking = host.mcp_async("token", "revoke", "revoked-bot")
     return host
 
 

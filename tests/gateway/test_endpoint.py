@@ -270,7 +270,7 @@ def catalog_change(main_host: GatewayHost, tmp_path_factory: pytest.TempPathFact
                     ):
                         stage = stage_name
                         args = ["import", str(document)] + (["--refresh"] if stage_name == "added" else [])
-                        done = await asyncio.to_thread(main_host.manage, *args)
+                        done = await asyncio.to_thread(main_host.mcp, *args)
                         seen.import_output += done.stdout + done.stderr
                         # Both agents see the new list (at once when the endpoint heard the
                         # change, else once its 30 s cache runs out) ...
