@@ -574,12 +574,10 @@ def report(cells: dict[tuple[str, int, str], Cell], modes: list[str], levels: li
         )
     print()
     print(
-        f"Added by the endpoint (endpoint minus direct, same upstream transport); target: under {TARGET_MS:g} ms at p50."
+        f"Added by the endpoint (endpoint minus direct, same upstream transport; with --floor, the SDK proxy too); target: under {TARGET_MS:g} ms at p50."
     )
     print()
-    print(
-        "| era | concurrency | upstream | added p50 ms | added p99 ms | calls/s ratio | web CPU µs/call | p50 target |"
-    )
+    print("| era | concurrency | path | added p50 ms | added p99 ms | calls/s ratio | web CPU µs/call | p50 target |")
     print("|---|---:|---|---:|---:|---:|---:|---|")
     for mode in modes:
         for level in levels:
@@ -589,7 +587,7 @@ def report(cells: dict[tuple[str, int, str], Cell], modes: list[str], levels: li
                 a, b = cells[(mode, level, through)], cells[(mode, level, base)]
                 added = a.pct(0.5) - b.pct(0.5)
                 print(
-                    f"| {mode} | {level} | {through.split('> ')[1]} | {added:+.2f} | {a.pct(0.99) - b.pct(0.99):+.2f} "
+                    f"| {mode} | {level} | {through} | {added:+.2f} | {a.pct(0.99) - b.pct(0.99):+.2f} "
                     f"| {a.rate / b.rate:.2f} | {a.cpu_per_call('web'):.0f} | {'met' if added < TARGET_MS else 'NOT met'} |"
                 )
     if FLOOR_HTTP in paths:
