@@ -127,15 +127,7 @@ class GatewayHost(RunningHost):
     # -- the operator's CLI --------------------------------------------------------------
 
     def mcp_async(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [PYTHON, "manage.py", "mcp", *args],
-            cwd=REPO,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        return self.start_manage("mcp", *args)
 
     def mcp(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
