@@ -20,7 +20,7 @@ from hostapp.catalog.models import Tool
 from hostapp.core.events import send_event_on_commit
 from hostapp.mcp import McpFailure, result_failure
 
-from .ledger import Finished
+from .ledger import Event, Finished
 from .models import Call, CallEvent, Rule
 from .policy import Decision, decide
 
@@ -96,6 +96,28 @@ def _event(call: Call, kind: str, actor: str = "", **detail: Any) -> None:
     CallEvent.objects.create(call=call, kind=kind, actor=actor, detail=detail)
 
 
+def _created_event(requester: Requester, decision: Decision, at: datetime) -> Event:
+    return Event("created", requester.name, {"decision": decision.kind, "reason": decision.reason}, at)
+
+
+def _outcome_event(call_fields: dict[str, Any]) -> Event:
+    """How a delivered call ended, from its row's outcome fields."""
+    kind = "failed" if call_fields["status"] == Call.FAILED else "succeeded"
+    return Event(kind, "", {"error": call_fields["error"]}, call_fields["finished_at"])
+
+
+def _add_event(call: Call, event: Event) -> None:
+    CallEvent.objects.create(call=call, kind=event.kind, actor=event.actor, detail=event.detail, at=event.at)
+
+
+def _record_new(tool: Tool, decision: Decision, requester: Requester, arguments: Any, now: datetime) -> Call:
+    """A new call's row and its created event (in the caller's transaction)."""
+    call = Call.objects.create(**_call_fields(tool, decision, requester, arguments, now))
+    call.tool = tool  # the instance read by the caller, with its server
+    _add_event(call, _created_event(requester, decision, now))
+    return call
+
+
 def _broadcast(call: Call) -> None:
     send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
 
@@ -122,6 +144,7 @@ def _call_fields(tool: Tool, decision: Decision, requester: Requester, arguments
         decision.kind
     ]
     return {
+        "created_at": now,
         "requester_kind": requester.kind,
         "requester_user_id": getattr(requester.user, "pk", None),
         "requester_name": requester.name,
@@ -181,9 +204,7 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
         raise CallError(f"invalid arguments{where}: {first['message']}", errors=errors)
     decision = decide(tool)
     with transaction.atomic():
-        call = Call.objects.create(**_call_fields(tool, decision, requester, arguments, timezone.now()))
-        call.tool = tool  # the instance read above, with its server
-        _event(call, "created", requester.name, decision=decision.kind, reason=decision.reason)
+        call = _record_new(tool, decision, requester, arguments, timezone.now())
         if decision.kind == Call.OUTBOX:
             outbox.enqueue(call)
         _broadcast(call)
@@ -233,7 +254,7 @@ def record_outcome(call: Call, result: dict[str, Any] | None, failure: McpFailur
         for name, value in outcome.items():
             setattr(call, name, value)
         call.save(update_fields=["attempts", *outcome])
-        _event(call, "failed" if failure else "succeeded", "", error=call.error)
+        _add_event(call, _outcome_event(outcome))
         _broadcast(call)
     return call
 
@@ -242,9 +263,7 @@ def record_running(tool: Tool, decision: Decision, requester: Requester, argumen
     """A call the policy ran at once (`decision` is a RUN decision read at most moments ago),
     recorded as running; :func:`record_outcome` finishes it."""
     with transaction.atomic():
-        call = Call.objects.create(**_call_fields(tool, decision, requester, arguments, started_at))
-        call.tool = tool
-        _event(call, "created", requester.name, decision=decision.kind, reason=decision.reason)
+        call = _record_new(tool, decision, requester, arguments, started_at)
         _broadcast(call)
     return call
 
@@ -261,15 +280,9 @@ def finished_call(
 ) -> Finished:
     """A call the policy ran at once, finished: the row and events `start_call` and
     `record_outcome` would have written, for the ledger writer (hostapp/calls/ledger.py)."""
-    fields = {**_call_fields(tool, decision, requester, arguments, started_at), "attempts": 1}
-    fields.update(_outcome_fields(result, failure, seconds))
-    return Finished(
-        fields=fields,
-        actor=requester.name,
-        created={"decision": decision.kind, "reason": decision.reason},
-        outcome="failed" if failure else "succeeded",
-        outcome_detail={"error": fields["error"]},
-    )
+    outcome = _outcome_fields(result, failure, seconds)
+    fields = {**_call_fields(tool, decision, requester, arguments, started_at), "attempts": 1, **outcome}
+    return Finished(fields, [_created_event(requester, decision, started_at), _outcome_event(outcome)])
 
 
 def _void_reason(call: Call, tool: Tool | None) -> str:

@@ -30,8 +30,9 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
@@ -51,15 +52,21 @@ RETRY_FIRST = 0.2
 RETRY_MAX = 5.0
 
 
+class Event(NamedTuple):
+    """One of a call's events, as written."""
+
+    kind: str
+    actor: str
+    detail: dict[str, Any]
+    at: datetime
+
+
 @dataclass
 class Finished:
-    """A call's row and its two events, ready to write."""
+    """A call's row (with `created_at`, its start) and its events (created, then how it ended)."""
 
-    fields: dict[str, Any]  # Call's fields
-    actor: str  # who asked (the created event's actor)
-    created: dict[str, Any]  # the created event's detail
-    outcome: str  # "succeeded" or "failed"
-    outcome_detail: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any]
+    events: list[Event]
 
 
 def write(batch: list[Finished]) -> list[Call]:
@@ -86,35 +93,14 @@ def write(batch: list[Finished]) -> list[Call]:
                 fields["requester_agent_id"] = None
             rows.append(Call(**fields))
         calls = Call.objects.bulk_create(rows)
-        events = []
-        for call, f in zip(calls, batch, strict=True):
-            events.append(CallEvent(call=call, kind="created", actor=f.actor, detail=f.created))
-            events.append(CallEvent(call=call, kind=f.outcome, actor="", detail=f.outcome_detail))
-        CallEvent.objects.bulk_create(events)
-        _keep_times(calls, events)
+        CallEvent.objects.bulk_create(
+            CallEvent(call=call, kind=e.kind, actor=e.actor, detail=e.detail, at=e.at)
+            for call, f in zip(calls, batch, strict=True)
+            for e in f.events
+        )
         for call in calls:
             _broadcast(call)
     return calls
-
-
-def _keep_times(calls: list[Call], events: list[CallEvent]) -> None:
-    """The rows say when the call was made and ended, not when they were written
-    (`auto_now_add` stamps the insert): created at its start, its outcome at its end."""
-    ops = connection.ops
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {ops.quote_name(Call._meta.db_table)} SET {ops.quote_name('created_at')} = %s WHERE id = %s",
-            [(ops.adapt_datetimefield_value(c.started_at), c.pk) for c in calls],
-        )
-        cursor.executemany(
-            f"UPDATE {ops.quote_name(CallEvent._meta.db_table)} SET {ops.quote_name('at')} = %s WHERE id = %s",
-            [
-                (ops.adapt_datetimefield_value(c.started_at if e.kind == "created" else c.finished_at), e.pk)
-                for c, e in zip([c for c in calls for _ in (0, 1)], events, strict=True)
-            ],
-        )
-    for call in calls:
-        call.created_at = call.started_at
 
 
 def _storable(item: Finished, error: Exception) -> list[Finished]:
@@ -122,11 +108,12 @@ def _storable(item: Finished, error: Exception) -> list[Finished]:
     note of why it is not kept (PostgreSQL takes no NUL byte or NaN in JSON), then its
     arguments too."""
     note = f"not stored: the database refused it ({type(error).__name__}: {str(error)[:300]})"
-    fields = dict(item.fields)
-    fields["result"] = {"content": [{"type": "text", "text": note}], "isError": bool(fields.get("is_error"))}
-    without_result = Finished(fields, item.actor, item.created, item.outcome, item.outcome_detail)
-    fields = {**fields, "arguments": {"_patchbay": note}}
-    return [without_result, Finished(fields, item.actor, item.created, item.outcome, item.outcome_detail)]
+    result = {"content": [{"type": "text", "text": note}], "isError": bool(item.fields.get("is_error"))}
+    without_result = {**item.fields, "result": result}
+    return [
+        Finished(without_result, item.events),
+        Finished({**without_result, "arguments": {"_patchbay": note}}, item.events),
+    ]
 
 
 class LedgerWriter:

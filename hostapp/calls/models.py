@@ -4,6 +4,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from hostapp.catalog.models import CLASS_CHOICES
 
@@ -66,7 +67,8 @@ class Call(models.Model):
     USER, CLI, AGENT = "user", "cli", "agent"
     REQUESTERS = [(USER, "user"), (CLI, "command line"), (AGENT, "agent")]
 
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # When the call was made (a row written behind its answer is given its call's start).
+    created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
     requester_kind = models.CharField(max_length=8, choices=REQUESTERS)
     requester_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls"
@@ -142,7 +144,7 @@ class CallEvent(models.Model):
     """The history of a call, one row per thing that happened to it."""
 
     call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="events")
-    at = models.DateTimeField(auto_now_add=True)
+    at = models.DateTimeField(default=timezone.now, editable=False)
     kind = models.CharField(max_length=24)
     actor = models.CharField(max_length=150, blank=True)
     detail = models.JSONField(default=dict, blank=True)
