@@ -45,7 +45,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from hostapp.calls import ledger
 from hostapp.calls.models import Call
 from hostapp.calls.policy import Decision
-from hostapp.mcp import McpFailure, errors, result_failure
+from hostapp.mcp import McpFailure, Pool, errors, result_failure
 
 logger = logging.getLogger(__name__)
 
@@ -353,9 +353,9 @@ class Gateway:
         if entry is None or not agent.may_use(entry.server):
             return _text_result(f"Unknown tool: {name}", is_error=True)
         requester = calls.Requester(Call.AGENT, agent.name, agent=_AgentRef(agent))
-        route = self._fresh_route(name, arguments)
-        if route is not None:
-            return await self._run_read_only(route, requester, arguments)
+        fresh = self._fresh_route(name, arguments)
+        if fresh is not None:
+            return await self._run_read_only(*fresh, requester, arguments)
         generation, read_at = self._routes_generation, time.monotonic()
         try:
             call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester, run=False)
@@ -370,8 +370,9 @@ class Gateway:
             return result_for(call)
         return await self._await(ctx, call)
 
-    def _fresh_route(self, name: str, arguments: dict[str, Any]) -> Route | None:
-        """The tool's route if its call may be answered before its row is written."""
+    def _fresh_route(self, name: str, arguments: dict[str, Any]) -> tuple[Route, Pool] | None:
+        """The tool's route, and the pool running its server, if its call may be answered
+        before its row is written."""
         from hostapp.calls.actions import check_arguments
         from hostapp.catalog.pool import current_pool
 
@@ -383,20 +384,20 @@ class Gateway:
             or not ledger.writer.accepting()
         ):
             return None
-        if current_pool(route.tool.server) is None or check_arguments(route.schema, arguments):
+        pool = current_pool(route.tool.server)
+        if pool is None or check_arguments(route.schema, arguments):
             return None  # the path that writes first starts the server, or says what is wrong
-        return route
+        return route, pool
 
-    async def _run_read_only(self, route: Route, requester: Any, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _run_read_only(
+        self, route: Route, pool: Pool, requester: Any, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         """Call the server, answer, and leave the row to the ledger writer (see the module's doc)."""
         from django.utils import timezone
 
         from hostapp.calls import actions as calls
-        from hostapp.catalog.pool import current_pool
 
         tool = route.tool
-        pool = current_pool(tool.server)
-        assert pool is not None  # checked by _fresh_route, on this loop, without a wait since
         started_at, started = timezone.now(), time.perf_counter()
         upstream = asyncio.ensure_future(pool.acall_tool(tool.server.name, tool.original_name, arguments))
         running: asyncio.Future[Call] | None = None
@@ -454,22 +455,21 @@ class Gateway:
         from hostapp.calls import actions as calls
 
         failure = errors.ambiguous_error("the agent went away before the call finished", reason="cancelled")
-        if running is None:
+
+        def as_ended() -> None:
             ledger.writer.submit(
                 calls.finished_call(
                     route.tool, route.decision, requester, arguments, started_at, None, failure, seconds
                 )
             )
+
+        if running is None:
+            as_ended()
             return
 
         def finish(row: asyncio.Future[Call]) -> None:
             if row.cancelled() or row.exception() is not None:
-                # Not on record as running: on record as it ended.
-                ledger.writer.submit(
-                    calls.finished_call(
-                        route.tool, route.decision, requester, arguments, started_at, None, failure, seconds
-                    )
-                )
+                as_ended()  # not on record as running: on record as it ended
                 return
             task = asyncio.ensure_future(
                 sync_to_async(calls.record_outcome, thread_sensitive=False)(row.result(), None, failure, seconds)
