@@ -18,6 +18,21 @@ import httpx
 from tests.helpers import PYTHON, REPO, clean_env, free_port, wait_until
 
 
+def login(base_url: str, username: str, password: str, timeout: float = 10) -> httpx.Client:
+    """An HTTP client of the host at `base_url`, logged in through its login page (session
+    and CSRF cookies)."""
+    client = httpx.Client(base_url=base_url, follow_redirects=True, timeout=timeout)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', client.get("/login/").text)
+    assert token, "no CSRF token on the login page"
+    response = client.post(
+        "/login/",
+        data={"csrfmiddlewaretoken": token.group(1), "username": username, "password": password, "next": "/"},
+        headers={"Referer": f"{base_url}/login/"},
+    )
+    assert "Log out" in response.text, response.text
+    return client
+
+
 class RunningHost:
     """`manage.py run --port N [ARGS]` on a fresh data dir: SQLite, embedded Redis, web + worker + beat."""
 
@@ -118,21 +133,7 @@ class RunningHost:
 
     def http_client(self, username: str = "admin", password: str | None = None) -> httpx.Client:
         """An HTTP client logged in through the login page."""
-        client = httpx.Client(base_url=self.url, follow_redirects=True, timeout=10)
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', client.get("/login/").text)
-        assert token, "no CSRF token on the login page"
-        response = client.post(
-            "/login/",
-            data={
-                "csrfmiddlewaretoken": token.group(1),
-                "username": username,
-                "password": self.admin_password if password is None else password,
-                "next": "/",
-            },
-            headers={"Referer": f"{self.url}/login/"},
-        )
-        assert "Log out" in response.text, response.text
-        return client
+        return login(self.url, username, self.admin_password if password is None else password)
 
     def wait_for_tools(self, *names: str, timeout: float = 90) -> None:
         """Until the Catalog lists these tools (the worker lists the servers after the first start)."""

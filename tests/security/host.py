@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -23,6 +22,7 @@ import anyio
 import httpx
 
 from tests.helpers import PYTHON, REPO, clean_env, free_port, wait_until
+from tests.host import login
 
 from .seed import ADMIN
 
@@ -163,21 +163,7 @@ class SecureHost:
 
     def login(self, username: str = "admin") -> httpx.Client:
         """An HTTP client logged in through the login page (session and CSRF cookies)."""
-        client = httpx.Client(base_url=self.url, follow_redirects=True, timeout=15)
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', client.get("/login/").text)
-        assert token, "no CSRF token on the login page"
-        response = client.post(
-            "/login/",
-            data={
-                "csrfmiddlewaretoken": token.group(1),
-                "username": username,
-                "password": self.password(username),
-                "next": "/",
-            },
-            headers={"Referer": f"{self.url}/login/"},
-        )
-        assert "Log out" in response.text, response.text
-        return client
+        return login(self.url, username, self.password(username), timeout=15)
 
     def agent_client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=15)
