@@ -15,6 +15,16 @@ One server process per path, one stdio connection each, the same read-only tool:
 * ``layer in-loop`` (diagnostic, ``--no-diagnostic`` to skip): ``acall_tool`` awaited on the
   pool's own loop, i.e. the layer without the hop between loops.
 
+Callers on another thread or another loop pay for crossing to the loop the connection
+lives on, whatever client they use. So the two crossing paths are also compared like for
+like, against the bare client run the way such a caller has to run it:
+
+* ``bare from another loop``: a bare ``mcp.Client`` kept on its own loop in a thread,
+  awaited from this script's loop through ``asyncio.run_coroutine_threadsafe`` (what
+  ``layer async`` does);
+* ``bare from a thread``: the same client, waited for from plain threads with
+  ``run_coroutine_threadsafe(...).result()`` (what ``layer thread`` does).
+
 Every cell runs ``--seconds`` (or ``--calls`` calls) at a fixed concurrency (that many tasks
 or threads calling back to back). The paths are interleaved within each round, in an order
 that alternates from round to round, so that drift on a shared machine hits them alike.
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import datetime as dt
 import os
 import platform
@@ -56,6 +67,51 @@ ASYNC = "layer async"
 THREAD = "layer thread"
 INLOOP = "layer in-loop"
 ATTACHED = "layer attached"
+BARE_LOOP = "bare from another loop"
+BARE_THREAD = "bare from a thread"
+
+# What each layer path is compared with: the bare client called from the same place.
+LIKE_FOR_LIKE = {ASYNC: BARE_LOOP, THREAD: BARE_THREAD, ATTACHED: BARE, INLOOP: BARE}
+
+
+class BareOnThread:
+    """A bare SDK client kept on its own event loop in a thread, as a caller that is not on
+    the client's loop has to keep it (the pool does the same for its connections)."""
+
+    def __init__(self, params: StdioServerParameters) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="bare-client", daemon=True)
+        self.thread.start()
+        self.client: Client | None = None
+        self._stop: asyncio.Event | None = None
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._serving = asyncio.run_coroutine_threadsafe(self._serve(params, ready), self.loop)
+        ready.result(60)
+
+    async def _serve(self, params: StdioServerParameters, ready: concurrent.futures.Future[None]) -> None:
+        # The client is entered and left by one task, as anyio requires.
+        try:
+            async with Client(params, mode="auto") as client:
+                self.client = client
+                self._stop = asyncio.Event()
+                ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    def submit(self, coro: Any) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        try:
+            self._serving.result(30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
 
 
 @dataclass
@@ -216,6 +272,7 @@ async def main(opts: argparse.Namespace) -> int:
     pool.configure([config])
     attached = Pool(PoolPolicy(), loop=asyncio.get_running_loop())
     await attached.aconfigure([config])
+    remote: BareOnThread | None = None
     try:
         attached_status = await attached.aconnect("bench")
         assert attached_status.state == "ready", attached_status
@@ -225,6 +282,7 @@ async def main(opts: argparse.Namespace) -> int:
             return 1
 
         params = StdioServerParameters(command=tgt.command, args=list(tgt.args), env=env, cwd=str(REPO))
+        remote = await asyncio.to_thread(BareOnThread, params)
         async with Client(params, mode="auto") as bare:
             print(
                 f"# negotiated: layer {status.protocol_version} ({status.era}), bare {bare.protocol_version}; "
@@ -244,6 +302,17 @@ async def main(opts: argparse.Namespace) -> int:
             async def attached_call() -> None:
                 await attached.acall_tool("bench", tgt.tool, tgt.arguments)
 
+            assert remote.client is not None
+            remote_client = remote.client
+
+            async def bare_loop_call() -> None:
+                result = await asyncio.wrap_future(remote.submit(remote_client.call_tool(tgt.tool, tgt.arguments)))
+                assert not result.is_error
+
+            def bare_thread_call() -> None:
+                result = remote.submit(remote_client.call_tool(tgt.tool, tgt.arguments)).result()
+                assert not result.is_error
+
             # Check, then warm up every path (first calls list tools, compile validators...).
             first = await pool.acall_tool("bench", tgt.tool, tgt.arguments)
             assert tgt.check(first), first
@@ -251,7 +320,9 @@ async def main(opts: argparse.Namespace) -> int:
                 await drive_async(bare_call, 8, 300, 0)
                 await drive_async(layer_call, 8, 300, 0)
                 await drive_async(attached_call, 8, 300, 0)
+                await drive_async(bare_loop_call, 8, 300, 0)
                 await asyncio.to_thread(drive_threads, thread_call, 1, 100, 0)
+                await asyncio.to_thread(drive_threads, bare_thread_call, 1, 100, 0)
                 if opts.diagnostic:
                     await asyncio.to_thread(pool.run, drive_async(layer_call, 8, 300, 0))
 
@@ -259,9 +330,11 @@ async def main(opts: argparse.Namespace) -> int:
             for level in levels:
                 plan.append((BARE, level))
                 plan.append((ASYNC, level))
+                plan.append((BARE_LOOP, level))
                 plan.append((ATTACHED, level))
                 if level in thread_levels:
                     plan.append((THREAD, level))
+                    plan.append((BARE_THREAD, level))
                 if opts.diagnostic:
                     plan.append((INLOOP, level))
             cells: dict[tuple[str, int], Cell] = {key: Cell() for key in plan}
@@ -276,6 +349,10 @@ async def main(opts: argparse.Namespace) -> int:
                         got = await drive_async(layer_call, level, opts.calls, opts.seconds)
                     elif path == ATTACHED:
                         got = await drive_async(attached_call, level, opts.calls, opts.seconds)
+                    elif path == BARE_LOOP:
+                        got = await drive_async(bare_loop_call, level, opts.calls, opts.seconds)
+                    elif path == BARE_THREAD:
+                        got = await asyncio.to_thread(drive_threads, bare_thread_call, level, opts.calls, opts.seconds)
                     elif path == THREAD:
                         got = await asyncio.to_thread(drive_threads, thread_call, level, opts.calls, opts.seconds)
                     else:
@@ -288,6 +365,8 @@ async def main(opts: argparse.Namespace) -> int:
             hops = await measure_hops(pool, opts.rounds) if opts.diagnostic else None
 
     finally:
+        if remote is not None:
+            await asyncio.to_thread(remote.close)
         await attached.aclose()
         await asyncio.to_thread(pool.close)
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -351,23 +430,32 @@ def report(cells: dict[tuple[str, int], Cell], levels: list[int]) -> None:
     print()
     print("Ratios layer / bare at the same concurrency (calls/s: below 1 is slower; latency: above 1 is slower).")
     print("`rounds` is the range (and median) of the per-round calls/s ratios (the layer's round i over bare's).")
-    print()
-    print("| concurrency | path | calls/s ratio | p50 ratio | p99 ratio | rounds (median) | cost | under 10% |")
-    print("|---:|---|---:|---:|---:|---|---:|---|")
-    for level in levels:
-        bare = cells[(BARE, level)]
-        for path in (ASYNC, ATTACHED, THREAD, INLOOP):
-            cell = cells.get((path, level))
-            if cell is None:
-                continue
-            ratio = cell.rate / bare.rate
-            per_round = [a / b for a, b in zip(cell.per_round, bare.per_round, strict=True)]
-            cost = max(1 / statistics.median(per_round) - 1, cell.pct(0.5) / bare.pct(0.5) - 1)
-            print(
-                f"| {level} | {path} | {ratio:.3f} | {cell.pct(0.5) / bare.pct(0.5):.3f} | "
-                f"{cell.pct(0.99) / bare.pct(0.99):.3f} | {min(per_round):.2f}-{max(per_round):.2f} ({statistics.median(per_round):.2f}) | "
-                f"{cost * 100:+.1f}% | {'yes' if cost < 0.10 else 'NO'} |"
-            )
+    print("First against the bare client on this script's loop; then like for like: each layer path against the")
+    print("bare client called from the same place (the same loop, another loop, a plain thread).")
+    for title, against in (
+        ("against the bare client on this loop", dict.fromkeys(LIKE_FOR_LIKE, BARE)),
+        ("like for like", LIKE_FOR_LIKE),
+    ):
+        print()
+        print(f"{title}:")
+        print()
+        print(
+            "| concurrency | path | compared with | calls/s ratio | p50 ratio | p99 ratio | rounds (median) | cost | under 10% |"
+        )
+        print("|---:|---|---|---:|---:|---:|---|---:|---|")
+        for level in levels:
+            for path in (ASYNC, ATTACHED, THREAD, INLOOP):
+                cell, base = cells.get((path, level)), cells.get((against[path], level))
+                if cell is None or base is None:
+                    continue
+                ratio = cell.rate / base.rate
+                per_round = [a / b for a, b in zip(cell.per_round, base.per_round, strict=True)]
+                cost = max(1 / statistics.median(per_round) - 1, cell.pct(0.5) / base.pct(0.5) - 1)
+                print(
+                    f"| {level} | {path} | {against[path]} | {ratio:.3f} | {cell.pct(0.5) / base.pct(0.5):.3f} | "
+                    f"{cell.pct(0.99) / base.pct(0.99):.3f} | {min(per_round):.2f}-{max(per_round):.2f} "
+                    f"({statistics.median(per_round):.2f}) | {cost * 100:+.1f}% | {'yes' if cost < 0.10 else 'NO'} |"
+                )
     print()
     print("cost = the larger of (1 / median per-round calls/s ratio - 1) and (p50 ratio - 1).")
     spread = {level: statistics.pstdev(cells[(BARE, level)].per_round) / cells[(BARE, level)].rate for level in levels}
