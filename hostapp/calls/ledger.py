@@ -27,8 +27,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import queue
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +34,8 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
+
+from hostapp.core.batching import Batcher
 
 from .models import Call, CallEvent
 
@@ -117,96 +117,52 @@ def _storable(item: Finished, error: Exception) -> list[Finished]:
 
 
 class LedgerWriter:
-    """One per process: a queue of finished calls and the thread that writes them."""
+    """One per process: a queue of finished calls and the thread that writes them
+    (a `hostapp.core.batching.Batcher`)."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
-        self._progress = threading.Condition()
-        self._submitted = 0
-        self._handled = 0
-        self._failing = False
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._pid = 0
+        # The process whose writer is failing (a forked child starts afresh).
+        self._failing_in = 0
+        self._batcher: Batcher[Finished] = Batcher(
+            "ledger-writer",
+            self._write_batch,
+            window=lambda: settings.PATCHBAY_LEDGER_BATCH_MS / 1000,
+            limit=BATCH_MAX,
+            idle=IDLE_CLOSE,
+            # The thread's own session (`connection` is per thread, so looked up there),
+            # closed when idle: no database session held for nothing.
+            on_idle=lambda: connection.close(),
+            on_exit=lambda: connection.close(),
+        )
 
     def accepting(self) -> bool:
         """Whether calls may be answered before their row is written."""
-        return not self._failing and self._submitted - self._handled < BACKLOG_MAX
+        return self._failing_in != os.getpid() and self._batcher.backlog < BACKLOG_MAX
 
     def submit(self, item: Finished) -> None:
-        with self._lock:
-            if self._pid != os.getpid():
-                # A forked child starts empty: what the parent queued is the parent's to write.
-                self._queue = queue.SimpleQueue()
-                self._submitted = self._handled = 0
-                self._failing = False
-                self._thread = None
-                self._pid = os.getpid()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
-                self._thread.start()
-        with self._progress:
-            self._submitted += 1
-        self._queue.put(item)
+        self._batcher.submit(item)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every call submitted so far is written (or, if it never can be, logged)."""
-        with self._progress:
-            target = self._submitted
-            return self._progress.wait_for(lambda: self._handled >= target, timeout)
+        return self._batcher.flush(timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Write what is queued, then end the thread (at exit), and let pages hear of it."""
         from hostapp.core import events
 
-        thread = self._thread
-        if thread is None or not thread.is_alive() or self._pid != os.getpid():
-            return
-        self._queue.put(None)
-        thread.join(timeout)
-        if thread.is_alive():
+        if not self._batcher.stop(timeout):
             logger.error(
                 "the ledger writer did not finish within %.0fs: %d answered calls are not recorded",
                 timeout,
-                self._submitted - self._handled,
+                self._batcher.backlog,
             )
         events.flush(timeout=2.0)
 
-    def _run(self) -> None:
+    def _write_batch(self, batch: list[Finished]) -> None:
         try:
-            stop = False
-            while not stop:
-                try:
-                    item = self._queue.get(timeout=IDLE_CLOSE)
-                except queue.Empty:
-                    connection.close()  # idle: no database session held for nothing
-                    item = self._queue.get()
-                if item is None:
-                    break
-                batch, stop = self._collect(item)
-                try:
-                    self._persist(batch)
-                finally:
-                    self._failing = False
-                    self._handled_more(len(batch))
+            self._persist(batch)
         finally:
-            connection.close()
-
-    def _collect(self, first: Finished) -> tuple[list[Finished], bool]:
-        batch = [first]
-        deadline = time.monotonic() + settings.PATCHBAY_LEDGER_BATCH_MS / 1000
-        while len(batch) < BATCH_MAX:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                item = self._queue.get(timeout=left)
-            except queue.Empty:
-                break
-            if item is None:
-                return batch, True
-            batch.append(item)
-        return batch, False
+            self._failing_in = 0
 
     def _persist(self, batch: list[Finished]) -> None:
         """Write the batch, retrying while the database is unreachable or busy; rows it
@@ -221,7 +177,7 @@ class LedgerWriter:
                 write(batch)
                 return
             except (OperationalError, InterfaceError) as exc:
-                self._failing = True
+                self._failing_in = os.getpid()
                 logger.warning(
                     "the ledger could not be written (%s): %d calls kept, retrying in %.1fs", exc, len(batch), delay
                 )
@@ -240,11 +196,6 @@ class LedgerWriter:
                     return
                 logger.warning("a call is recorded without what the database refuses (%s)", exc)
                 batch = [fallbacks.pop(0)]
-
-    def _handled_more(self, count: int) -> None:
-        with self._progress:
-            self._handled += count
-            self._progress.notify_all()
 
 
 writer = LedgerWriter()

@@ -114,28 +114,25 @@ async def test_a_burst_of_events_arrives_in_order_with_one_event_per_object() ->
     await comm.disconnect()
 
 
-def test_the_sender_batches_what_was_queued_within_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    import queue as queue_module
+def test_a_batch_of_events_keeps_the_latest_per_object_where_it_happened() -> None:
+    from hostapp.core.events import latest_per_object
 
-    from hostapp.core import events
-
-    q: queue_module.SimpleQueue = queue_module.SimpleQueue()
-    monkeypatch.setattr(events, "_queue", q)
-    for i in range(3):
-        q.put(("call.changed", {"id": i, "status": "running"}))
-    q.put(("call.changed", {"id": 0, "status": "failed"}))
-    q.put(None)  # a stop request in the middle of a batch still sends what came before it
-
-    batch, taken, stop = events._collect(q.get())
-    assert (taken, stop) == (4, True)
+    batch = latest_per_object(
+        [
+            ("call.changed", {"id": 0, "status": "running"}),
+            ("call.changed", {"id": 1, "status": "running"}),
+            ("catalog.changed", {"server": "a"}),
+            ("call.changed", {"id": 2, "status": "running"}),
+            ("outbox.changed", {"id": 0, "status": "leased"}),  # another kind, the same id
+            ("call.changed", {"id": 0, "status": "failed"}),
+            ("catalog.changed", {"server": "a"}),  # no id: every one is kept
+        ]
+    )
     assert batch == [
         ("call.changed", {"id": 1, "status": "running"}),
+        ("catalog.changed", {"server": "a"}),
         ("call.changed", {"id": 2, "status": "running"}),
+        ("outbox.changed", {"id": 0, "status": "leased"}),
         ("call.changed", {"id": 0, "status": "failed"}),
+        ("catalog.changed", {"server": "a"}),
     ]
-
-    # Past the window, the next event starts a new batch.
-    monkeypatch.setattr(events, "BATCH_WINDOW", 0.0)
-    q.put(("call.changed", {"id": 5, "status": "running"}))
-    batch, taken, stop = events._collect(("call.changed", {"id": 4, "status": "running"}))
-    assert (batch, taken, stop) == ([("call.changed", {"id": 4, "status": "running"})], 1, False)

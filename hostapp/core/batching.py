@@ -1,0 +1,154 @@
+"""A queue that one background thread per process drains in batches.
+
+Used where the code that produces something must not wait for it to leave: live events
+for the pages (`hostapp.core.events`) and the ledger rows written behind an answered call
+(`hostapp.calls.ledger`). Items are queued from any thread; the thread takes the first
+item, gathers what arrives within a short window after it (up to a limit), and hands the
+batch to one function. Counting what was queued against what was handled lets callers
+wait for everything queued so far (`flush`), and a stop hands over what is queued before
+the thread ends. A forked child starts empty: what its parent queued is the parent's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class Batcher(Generic[T]):
+    """Items queued from any thread, handed to `handle` in batches by one thread.
+
+    - `window()`: how long (seconds) to gather after a batch's first item; read per batch,
+      so a setting can change it.
+    - `limit`: the most items in one batch.
+    - `idle` and `on_idle`: after `idle` seconds without an item, `on_idle` runs once (in
+      the thread) before it waits on.
+    - `on_exit`: runs in the thread when it ends.
+
+    `handle` runs in the thread; whatever it raises is logged, and its items count as
+    handled all the same (retrying is the handler's own business).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        handle: Callable[[list[T]], None],
+        *,
+        window: Callable[[], float],
+        limit: int,
+        idle: float | None = None,
+        on_idle: Callable[[], None] | None = None,
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._handle = handle
+        self._window = window
+        self._limit = limit
+        self._idle = idle
+        self._on_idle = on_idle
+        self._on_exit = on_exit
+        self._lock = threading.Lock()
+        self._progress = threading.Condition()
+        self._reset()
+        self._pid = os.getpid()
+
+    def _reset(self) -> None:
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._queued = 0
+        self._handled = 0
+        self._thread: threading.Thread | None = None
+
+    # -- producers ------------------------------------------------------------------------
+
+    def submit(self, item: T) -> None:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._reset()
+                self._pid = os.getpid()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+        with self._progress:
+            self._queued += 1
+        self._queue.put(item)
+
+    @property
+    def backlog(self) -> int:
+        """Items queued and not handled yet."""
+        return self._queued - self._handled
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every item queued so far has been handled; whether it was in time."""
+        with self._progress:
+            target = self._queued
+            return self._progress.wait_for(lambda: self._handled >= target, timeout)
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Hand over what is queued, then end the thread; whether it ended in time.
+        A later `submit` starts a new thread."""
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self._pid != os.getpid():
+            return True
+        self._queue.put(_STOP)
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    # -- the thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            stop = False
+            while not stop:
+                item = self._next()
+                if item is _STOP:
+                    break
+                batch, stop = self._collect(item)  # type: ignore[arg-type]
+                try:
+                    self._handle(batch)
+                except Exception:  # boundary: one bad batch must not end the thread
+                    logger.exception("%s: a batch of %d was not handled", self.name, len(batch))
+                finally:
+                    with self._progress:
+                        self._handled += len(batch)
+                        self._progress.notify_all()
+        finally:
+            if self._on_exit is not None:
+                self._on_exit()
+
+    def _next(self) -> object:
+        if self._idle is None:
+            return self._queue.get()
+        try:
+            return self._queue.get(timeout=self._idle)
+        except queue.Empty:
+            if self._on_idle is not None:
+                self._on_idle()
+            return self._queue.get()
+
+    def _collect(self, first: T) -> tuple[list[T], bool]:
+        """`first` and what arrives within the window after it; whether a stop came too."""
+        batch = [first]
+        deadline = time.monotonic() + self._window()
+        while len(batch) < self._limit:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                item = self._queue.get(timeout=left)
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return batch, True
+            batch.append(item)  # type: ignore[arg-type]
+        return batch, False
