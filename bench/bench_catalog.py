@@ -3,7 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python bench/bench_catalog.py [--servers 100] [--tools 100] [--threads 8]
-        [--requests 20] [--data-dir DIR] [--json out.json] [--profile DIR] [--no-what-if]
+        [--requests 20] [--data-dir DIR] [--json out.json] [--profile DIR] [--no-what-if] [--floor]
         [--no-pages]
 
     # the same on PostgreSQL
@@ -44,6 +44,11 @@ What it does:
    changed, some added, some removed, in one refresh), as ``CaptureQueriesContext`` counts
    them: a statement run for many rows with ``executemany`` counts once; how many rows it
    ran for is reported next to it.
+8. ``--floor``: the SDK alone, as a floor for the refreshes: a bare ``mcp.Client(url)`` per
+   server connecting and listing every tool (``SDK alone: connect and list``, what a first
+   or cold refresh cannot do without), and listing on clients opened beforehand (``SDK
+   alone: list``), one server at a time and ``--threads`` at once on one event loop; no
+   Patchbay code, no database.
 
 Prints Markdown tables (and ``--json`` writes the figures).
 """
@@ -51,6 +56,7 @@ Prints Markdown tables (and ``--json`` writes the figures).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime as dt
 import json
 import math
@@ -231,6 +237,52 @@ def list_one(name: str) -> tuple[Any, float]:
     started = time.perf_counter()
     tools = get_pool().list_tools(name)
     return tools, time.perf_counter() - started
+
+
+async def _sdk_floor(
+    port: int, names: list[str], concurrency: int, warm: bool, on_start: Callable[[], None]
+) -> tuple[float, list[tuple[int, float]]]:
+    """The SDK alone, no Patchbay: `mcp.Client(url)` connecting (unless `warm`, when every
+    client is opened first, untimed) and listing every tool of every server, `concurrency`
+    servers at a time on one event loop. `on_start` is called when the timed part starts.
+    Returns the elapsed time and, per server, the tool count and its own time."""
+    from contextlib import AsyncExitStack
+
+    from mcp import Client
+
+    urls = {name: f"http://127.0.0.1:{port}/{name}/mcp" for name in names}
+    gate = asyncio.Semaphore(concurrency)
+    results: list[tuple[int, float]] = []
+
+    async def listing(client: Any) -> int:
+        count, cursor = 0, None
+        while True:
+            page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+            count += len(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return count
+
+    async with AsyncExitStack() as stack:
+        clients = {}
+        if warm:
+            for name in names:
+                clients[name] = await stack.enter_async_context(Client(urls[name], mode="auto", cache=None))
+
+        async def one(name: str) -> None:
+            async with gate:
+                started = time.perf_counter()
+                if warm:
+                    count = await listing(clients[name])
+                else:
+                    async with Client(urls[name], mode="auto", cache=None) as client:
+                        count = await listing(client)
+                results.append((count, time.perf_counter() - started))
+
+        on_start()
+        started = time.perf_counter()
+        await asyncio.gather(*(one(name) for name in names))
+        return time.perf_counter() - started, results
 
 
 def _guarded(one: Callable[[str], tuple[Any, float]], name: str) -> tuple[Any, float]:
@@ -532,6 +584,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-what-if", action="store_true", help="skip the capped-rows (pagination) simulation")
     parser.add_argument("--no-pages", action="store_true", help="measure the refreshes only")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also the SDK alone (mcp.Client connecting and listing, no Patchbay, no database)",
+    )
     args = parser.parse_args(argv)
     thread_levels = [int(t) for t in args.threads.split(",") if t.strip()]
 
@@ -655,6 +712,48 @@ def main(argv: list[str] | None = None) -> int:
             close_pool()
             run(mode, threads, "unchanged (cold pool)", "unchanged")
 
+        def run_floor(concurrency: int, warm: bool) -> None:
+            """The SDK alone, measured and reported like a refresh."""
+            kind = "SDK alone: list (clients open)" if warm else "SDK alone: connect and list"
+            mode = "sequential" if concurrency == 1 else f"{concurrency} at once"
+            load = os.getloadavg()[0]
+            cpu: dict[str, float] = {}
+
+            def snapshot() -> None:
+                cpu.update(bench=time.process_time(), servers=proc_cpu(servers_proc.pid))
+
+            elapsed, results = asyncio.run(_sdk_floor(port, names, concurrency, warm, snapshot))
+            cpu_bench = time.process_time() - cpu["bench"]
+            cpu_servers = proc_cpu(servers_proc.pid) - cpu["servers"]
+            wrong = [count for count, _ in results if count != args.tools]
+            per = [s * 1000 for _, s in results]
+            refreshes.append(
+                {
+                    "mode": mode,
+                    "threads": concurrency,
+                    "kind": kind,
+                    "total_s": elapsed,
+                    "per_server_median_ms": statistics.median(per),
+                    "per_server_max_ms": max(per),
+                    "cpu_patchbay_s": cpu_bench,
+                    "cpu_servers_s": cpu_servers,
+                    "load1_before": load,
+                    "failed": len(wrong),
+                    "failure_example": f"a listing of {wrong[0]} tools" if wrong else "",
+                }
+            )
+            print(
+                f"floor   {mode:<10} {kind:<38} {elapsed:7.2f} s  (per server median {statistics.median(per):.0f} ms; "
+                f"CPU this process {cpu_bench:.1f} s, servers {cpu_servers:.1f} s; load {load:.1f})",
+                flush=True,
+            )
+
+        if args.floor:
+            close_pool()
+            for concurrency in [1, *thread_levels]:
+                run_floor(concurrency, warm=False)
+                run_floor(concurrency, warm=True)
+
         per_refresh = queries_per_refresh(names[0], port, args.tools)
 
         if args.profile:
@@ -669,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---:|---:|---:|---:|---:|---|")
         for r in refreshes:
             ok = "met" if r["total_s"] < TARGET_REFRESH_S and not r["failed"] else "**not met**"
-            if r["kind"].startswith("listing only"):
+            if r["kind"].startswith(("listing only", "SDK alone")):
                 ok = "(part)"
             print(
                 f"| {r['mode']} | {r['kind']} | {r['total_s']:.2f} s | {r['per_server_median_ms']:.0f} ms "

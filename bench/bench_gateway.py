@@ -660,6 +660,7 @@ PROFILE_PARTS = (
     ("- run_now (waits for the pool)", "run_now (hostapp/calls/actions.py"),
     ("- record_outcome", "record_outcome (hostapp/calls/actions.py"),
     ("broadcast, thread side (events._send)", "_send (hostapp/core/events.py"),
+    ("ledger rows written behind (calls/ledger.write)", "write (hostapp/calls/ledger.py"),
     ("Redis group_send (on the loop)", "RedisChannelLayer.group_send"),
     ("Redis receive (the endpoint hears every call.changed)", "RedisChannelLayer.receive"),
     ("Django ORM (django/db)", "django/db/"),
@@ -679,6 +680,10 @@ IDLE_LEAVES = (
     "_worker (concurrent/futures/thread.py:81)",
     "wait (threading.py",
     "_wait_for_tstate_lock",
+    # A batcher thread (live events, ledger rows) waiting on its queue: a C call, so the
+    # leaf py-spy shows is the Python frame that waits.
+    "_next (hostapp/core/batching.py",
+    "_collect (hostapp/core/batching.py",
 )
 
 
