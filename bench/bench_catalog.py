@@ -44,8 +44,8 @@ What it does:
    changed, some added, some removed, in one refresh), as ``CaptureQueriesContext`` counts
    them: a statement run for many rows with ``executemany`` counts once; how many rows it
    ran for is reported next to it.
-8. ``--floor``: the SDK alone, as a floor for the refreshes: a bare ``mcp.Client(url)`` per
-   server connecting and listing every tool (``SDK alone: connect and list``, what a first
+8. ``--floor``: the SDK alone, as a floor for the refreshes: a bare ``mcp.Client`` per
+   server (over the SDK's ``streamable_http_client``, one TLS context for all) connecting and listing every tool (``SDK alone: connect and list``, what a first
    or cold refresh cannot do without), and listing on clients opened beforehand (``SDK
    alone: list``), one server at a time and ``--threads`` at once on one event loop; no
    Patchbay code, no database.
@@ -242,17 +242,28 @@ def list_one(name: str) -> tuple[Any, float]:
 async def _sdk_floor(
     port: int, names: list[str], concurrency: int, warm: bool, on_start: Callable[[], None]
 ) -> tuple[float, list[tuple[int, float]]]:
-    """The SDK alone, no Patchbay: `mcp.Client(url)` connecting (unless `warm`, when every
+    """The SDK alone, no Patchbay: an `mcp.Client` over the SDK's Streamable HTTP transport
+    (its own `httpx2.AsyncClient`, one TLS context shared by all) connecting (unless `warm`, when every
     client is opened first, untimed) and listing every tool of every server, `concurrency`
     servers at a time on one event loop. `on_start` is called when the timed part starts.
     Returns the elapsed time and, per server, the tool count and its own time."""
     from contextlib import AsyncExitStack
 
+    import httpx2
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     urls = {name: f"http://127.0.0.1:{port}/{name}/mcp" for name in names}
     gate = asyncio.Semaphore(concurrency)
     results: list[tuple[int, float]] = []
+    # One TLS context for every client, as a host keeping many would (building one per
+    # client reads the CA bundle: tens of milliseconds each, even for http://).
+    tls = httpx2.create_ssl_context()
+
+    def client_for(name: str, stack: AsyncExitStack) -> Any:
+        http = httpx2.AsyncClient(verify=tls, timeout=httpx2.Timeout(30.0, read=300.0))
+        stack.push_async_callback(http.aclose)
+        return Client(streamable_http_client(urls[name], http_client=http), mode="auto", cache=None)
 
     async def listing(client: Any) -> int:
         count, cursor = 0, None
@@ -267,7 +278,7 @@ async def _sdk_floor(
         clients = {}
         if warm:
             for name in names:
-                clients[name] = await stack.enter_async_context(Client(urls[name], mode="auto", cache=None))
+                clients[name] = await stack.enter_async_context(client_for(name, stack))
 
         async def one(name: str) -> None:
             async with gate:
@@ -275,7 +286,8 @@ async def _sdk_floor(
                 if warm:
                     count = await listing(clients[name])
                 else:
-                    async with Client(urls[name], mode="auto", cache=None) as client:
+                    async with AsyncExitStack() as own:
+                        client = await own.enter_async_context(client_for(name, own))
                         count = await listing(client)
                 results.append((count, time.perf_counter() - started))
 
