@@ -45,10 +45,11 @@ What it does:
    them: a statement run for many rows with ``executemany`` counts once; how many rows it
    ran for is reported next to it.
 8. ``--floor``: the SDK alone, as a floor for the refreshes: a bare ``mcp.Client`` per
-   server (over the SDK's ``streamable_http_client``, one TLS context for all) connecting and listing every tool (``SDK alone: connect and list``, what a first
-   or cold refresh cannot do without), and listing on clients opened beforehand (``SDK
-   alone: list``), one server at a time and ``--threads`` at once on one event loop; no
-   Patchbay code, no database.
+   server (over the SDK's ``streamable_http_client``, one TLS context for all) connecting
+   and listing every tool (``SDK alone: connect and list``, what a first or cold refresh
+   cannot do without), and listing on clients opened beforehand (``SDK alone: list``), one
+   server at a time and ``--threads`` at once on one event loop; no Patchbay code, no
+   database.
 
 Prints Markdown tables (and ``--json`` writes the figures).
 """
@@ -243,9 +244,9 @@ async def _sdk_floor(
     port: int, names: list[str], concurrency: int, warm: bool, on_start: Callable[[], None]
 ) -> tuple[float, list[tuple[int, float]]]:
     """The SDK alone, no Patchbay: an `mcp.Client` over the SDK's Streamable HTTP transport
-    (its own `httpx2.AsyncClient`, one TLS context shared by all) connecting (unless `warm`, when every
-    client is opened first, untimed) and listing every tool of every server, `concurrency`
-    servers at a time on one event loop. `on_start` is called when the timed part starts.
+    (its own `httpx2.AsyncClient`, one TLS context shared by all) connecting (unless `warm`,
+    when every client is opened first, untimed) and listing every tool of every server,
+    `concurrency` servers at a time on one event loop. `on_start` is called when the timed part starts.
     Returns the elapsed time and, per server, the tool count and its own time."""
     from contextlib import AsyncExitStack
 
