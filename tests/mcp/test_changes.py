@@ -105,3 +105,40 @@ def test_the_listener_hears_when_a_burst_of_events_is_over(tmp_path) -> None:  #
     assert len(events) >= 9, log  # then connecting and ready, for each of the three
     assert log.count(DRAINED) < len(events), log
     assert len(threads) == 1, threads
+
+
+def test_a_listener_of_latest_states_only_gets_each_servers_last_report_and_skips_the_superseded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With `latest_state_only` (the host's pages store only the latest state), a report
+    that a later one of the same server has superseded before the listener got to it is
+    skipped; the last report of every server always arrives, and the counts still add up
+    (the idle call comes after the burst)."""
+    import time
+
+    from .conftest import bundled
+
+    names = ("mailbox", "tasks", "calendar")
+    got: list[PoolEvent] = []
+    drained = threading.Event()
+    release = threading.Event()
+
+    def slow_listener(event: PoolEvent) -> None:
+        release.wait(10)  # held until every server is ready, so that reports pile up
+        time.sleep(0.01)
+        got.append(event)
+
+    pool = Pool(TEST_POLICY, listener=slow_listener, listener_idle=drained.set, latest_state_only=True)
+    try:
+        pool.configure([bundled(name, tmp_path / name) for name in names])
+        for name in names:
+            assert pool.connect(name).state == "ready"
+        release.set()
+        assert drained.wait(10)
+    finally:
+        pool.close()
+    by_server = {name: [e for e in got if e.server == name and e.kind == "state"] for name in names}
+    for name, reports in by_server.items():
+        # idle, connecting and ready were all reported while the listener was held: only
+        # the first one (already handed over when it was held) and the last one arrive.
+        assert [e.status.state for e in reports][-1] == "ready", (name, reports)
+        assert len(reports) < 3, (name, [e.status.state for e in reports])
+        assert [e.seq for e in reports] == sorted(e.seq for e in reports)
