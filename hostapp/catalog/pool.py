@@ -47,7 +47,7 @@ def get_pool() -> Pool:
             _prefer_our_python()
             from hostapp.oauth.store import auth_for
 
-            _pool = Pool(listener=_on_event, auth_factory=auth_for, listener_idle=_events_idle, latest_state_only=True)
+            _pool = Pool(listener=_on_event, auth_factory=auth_for, listener_idle=_events_idle)
             atexit.register(close_pool)
         return _pool
 

@@ -110,8 +110,6 @@ class PoolEvent:
     kind: str  # "state" or "tools_changed"
     server: str
     status: ServerStatus
-    # The server's state reports are numbered in the order they were made.
-    seq: int = 0
 
 
 class _Slot:
@@ -135,7 +133,6 @@ class _Slot:
         self.circuit_until: float | None = None
         self.last_probe_ms: float | None = None
         self.lost_in_a_row = 0
-        self.state_reports = 0  # how many state events were emitted for this slot
 
 
 class Pool:
@@ -153,18 +150,12 @@ class Pool:
         loop: asyncio.AbstractEventLoop | None = None,
         auth_factory: Callable[[ServerConfig], Any] | None = None,
         listener_idle: Callable[[], None] | None = None,
-        latest_state_only: bool = False,
     ) -> None:
         self.policy = policy or PoolPolicy()
         self.listener = listener
         # Called on the listener's thread when no more events wait: a listener that holds
         # something between events (a database session) lets go of it here, not per event.
         self.listener_idle = listener_idle
-        # A listener that only stores the latest state (the host's pages) is not handed a
-        # state report that a later one of the same server has already superseded: while
-        # many servers connect at once it would write "connecting" just before "ready".
-        # The last report of a server is always delivered.
-        self.latest_state_only = latest_state_only
         self._pending_events = 0
         self._pending_lock = threading.Lock()
         # HTTP servers: an httpx2.Auth per connection (the host's OAuth), or None.
@@ -284,7 +275,6 @@ class Pool:
             await self._stop_slot(slot)
             fresh = _Slot(config)
             fresh.restarts = slot.restarts
-            fresh.state_reports = slot.state_reports  # numbered per server, not per slot
             self._slots[config.name] = fresh
             self._emit(fresh)
 
@@ -354,11 +344,7 @@ class Pool:
     def _emit(self, slot: _Slot, kind: str = "state") -> None:
         if self.listener is None or self._closed:
             return
-        seq = 0
-        if kind == "state":
-            slot.state_reports += 1
-            seq = slot.state_reports
-        event = PoolEvent(kind, slot.config.name, self._snapshot(slot), seq)
+        event = PoolEvent(kind, slot.config.name, self._snapshot(slot))
         with self._pending_lock:
             self._pending_events += 1
         try:
@@ -367,17 +353,10 @@ class Pool:
             with self._pending_lock:
                 self._pending_events -= 1
 
-    def _superseded(self, event: PoolEvent) -> bool:
-        if not (self.latest_state_only and event.kind == "state"):
-            return False
-        slot = self._slots.get(event.server)
-        return slot is not None and slot.state_reports > event.seq
-
     def _deliver(self, event: PoolEvent) -> None:
         assert self.listener is not None
         try:
-            if not self._superseded(event):
-                self.listener(event)
+            self.listener(event)
         except Exception:  # boundary: a listener's bug must not stop the pool
             logger.exception("pool listener failed on %s for %s", event.kind, event.server)
         finally:
