@@ -79,10 +79,6 @@ class Server(models.Model):
         return self.name
 
     def to_config(self) -> ServerConfig:
-        try:
-            credential = self.credential
-        except ObjectDoesNotExist:
-            credential = None
         return ServerConfig(
             name=self.name,
             transport=self.transport,  # type: ignore[arg-type]
@@ -97,8 +93,7 @@ class Server(models.Model):
             oauth_client_id=self.oauth_client_id,
             oauth_client_secret=self.oauth_client_secret or "",
             oauth_scope=self.oauth_scope,
-            auth_stamp=credential.stamp if credential is not None else "",
-            credentials_stored=credential is not None,
+            auth_stamp=self.auth_stamp,
         )
 
     @property
@@ -112,6 +107,13 @@ class Server(models.Model):
             return True
         # A connect since the pool's last report outranks it; otherwise the pool's word.
         return status != "connected" and self.state == "needs-authorization"
+
+    @property
+    def auth_stamp(self) -> str:
+        try:
+            return self.credential.stamp
+        except ObjectDoesNotExist:
+            return ""
 
     @property
     def masked_env(self) -> dict[str, str]:

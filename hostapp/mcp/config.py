@@ -54,11 +54,6 @@ class ServerConfig:
     # Changes when a person connects or disconnects the server's OAuth: a running
     # connection is then restarted with the new credentials.
     auth_stamp: str = ""
-    # Whether the host held any OAuth state for the server when this configuration was
-    # read. When it held none, the host's OAuth provider starts from nothing instead of
-    # reading its store on every new connection (a person's Connect or Disconnect
-    # changes `auth_stamp`, so the next connection has a new configuration).
-    credentials_stored: bool = True
     # Host limits, not part of the mcpServers format.
     call_timeout: float = 60.0
     connect_timeout: float = 30.0

@@ -75,21 +75,9 @@ class DatabaseStore:
     is the point) and mark the server connected when the token arrives.
     """
 
-    def __init__(
-        self,
-        server_name: str,
-        *,
-        redirect_uri: str,
-        interactive: bool = False,
-        user_id: int | None = None,
-        config: ServerConfig | None = None,
-    ):
+    def __init__(self, server_name: str, *, redirect_uri: str, interactive: bool = False, user_id: int | None = None):
         self.server_name = server_name
         self.redirect_uri = redirect_uri
-        # The pool's store: the configuration it was built from says whether there is
-        # anything stored to read at all (most servers never ask for OAuth).
-        self._nothing_stored = config is not None and not config.credentials_stored and not interactive
-        self._config = config
         self.interactive = interactive
         self.user_id = user_id
 
@@ -135,14 +123,6 @@ class DatabaseStore:
         """Tokens (none for an interactive store: a new consent is the point), registration
         and state, from one read of the server and its credential."""
 
-        if self._nothing_stored and self._config is not None:
-            # What a read would find: no credential row, so no token, no registration of
-            # the host's own and no state; a pre-registered client comes with the config.
-            # Once only: what this connection writes is read back from the database.
-            self._nothing_stored = False
-            config = self._config
-            return None, self._client_info(config.oauth_client_id, config.oauth_client_secret, None), {}
-
         def read() -> tuple[Server, Credential | None]:
             server = Server.objects.get(name=self.server_name)
             return server, Credential.objects.filter(server=server).first()
@@ -151,19 +131,16 @@ class DatabaseStore:
         tokens = None if self.interactive or credential is None else credential.tokens
         info = credential.client_info if credential is not None else None
         state = dict(credential.learned) if credential is not None else {}
-        client_info = self._client_info(server.oauth_client_id, server.oauth_client_secret, info)
-        return (OAuthToken.model_validate(tokens) if tokens else None), client_info, state
+        return (OAuthToken.model_validate(tokens) if tokens else None), self._client_info(server, info), state
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return (await self.load())[1]
 
-    def _client_info(
-        self, client_id: str, client_secret: str, info: dict[str, Any] | None
-    ) -> OAuthClientInformationFull | None:
-        if client_id:  # pre-registered: configuration wins
-            secret = client_secret or None
+    def _client_info(self, server: Server, info: dict[str, Any] | None) -> OAuthClientInformationFull | None:
+        if server.oauth_client_id:  # pre-registered: configuration wins
+            secret = server.oauth_client_secret or None
             return OAuthClientInformationFull(
-                client_id=client_id,
+                client_id=server.oauth_client_id,
                 client_secret=secret,
                 redirect_uris=[self.redirect_uri],  # type: ignore[list-item]
                 token_endpoint_auth_method="client_secret_post" if secret else "none",
@@ -225,7 +202,7 @@ def auth_for(config: ServerConfig) -> HostOAuth | None:
     return HostOAuth(
         config.url,
         client_metadata(redirect_uri, config.oauth_scope),
-        DatabaseStore(config.name, redirect_uri=redirect_uri, config=config),
+        DatabaseStore(config.name, redirect_uri=redirect_uri),
         interactive=False,
         refresh_margin=settings.PATCHBAY_OAUTH_REFRESH_MARGIN,
     )
