@@ -28,6 +28,7 @@ import atexit
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -69,11 +70,13 @@ class Finished:
     events: list[Event]
 
 
-def write(batch: list[Finished]) -> list[Call]:
+def write(batch: list[Finished], *, retry: bool = False) -> list[Call]:
     """Write calls and their events in one transaction; pages hear of them on commit.
 
     A tool removed from the catalog or an agent token deleted since the call leaves the
-    row without that link (as deleting it afterwards would: `SET_NULL`)."""
+    row without that link (as deleting it afterwards would: `SET_NULL`). A `retry` of a
+    batch first leaves out the calls whose `write_key` is already there: the attempt
+    before may have committed and lost its connection before it heard so."""
     from hostapp.catalog.models import Tool
     from hostapp.gateway.models import AgentToken
 
@@ -82,6 +85,12 @@ def write(batch: list[Finished]) -> list[Call]:
     tools = {f.fields.get("tool_id") for f in batch} - {None}
     agents = {f.fields.get("requester_agent_id") for f in batch} - {None}
     with transaction.atomic():
+        if retry:
+            keys = [f.fields["write_key"] for f in batch if f.fields.get("write_key")]
+            there = set(Call.objects.filter(write_key__in=keys).values_list("write_key", flat=True))
+            batch = [f for f in batch if f.fields.get("write_key") not in there]
+            if not batch:
+                return []
         live_tools = set(Tool.objects.filter(pk__in=tools).values_list("pk", flat=True)) if tools else set()
         live_agents = set(AgentToken.objects.filter(pk__in=agents).values_list("pk", flat=True)) if agents else set()
         rows = []
@@ -170,13 +179,17 @@ class LedgerWriter:
         (see `_storable`), and a row it still refuses is logged in full."""
         delay = RETRY_FIRST
         original, fallbacks = batch[0], None
+        for item in batch:
+            item.fields.setdefault("write_key", uuid.uuid4())
+        retry = False
         while True:
             try:
                 # The writer keeps its session between batches (opening one costs more than a
                 # batch); it closes it after an error, and when idle (IDLE_CLOSE).
-                write(batch)
+                write(batch, retry=retry)
                 return
             except (OperationalError, InterfaceError) as exc:
+                retry = True
                 self._failing_in = os.getpid()
                 logger.warning(
                     "the ledger could not be written (%s): %d calls kept, retrying in %.1fs", exc, len(batch), delay

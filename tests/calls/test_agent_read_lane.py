@@ -15,6 +15,7 @@ import asyncio
 import logging
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -229,11 +230,11 @@ def test_the_writer_keeps_rows_while_the_database_refuses_them(
     write = ledger.write
     refusals = {"left": 3}
 
-    def flaky(batch: list[ledger.Finished]) -> list[Any]:
+    def flaky(batch: list[ledger.Finished], **options: Any) -> list[Any]:
         if refusals["left"]:
             refusals["left"] -= 1
             raise OperationalError("database is locked")
-        return write(batch)
+        return write(batch, **options)
 
     monkeypatch.setattr(ledger, "write", flaky)
     writer = ledger.LedgerWriter()
@@ -246,6 +247,53 @@ def test_the_writer_keeps_rows_while_the_database_refuses_them(
     assert sorted(Call.objects.values_list("tool_name", flat=True)) == ["ops__t0", "ops__t1", "ops__t2"]
     assert "retrying" in caplog.text
     writer.stop()
+
+
+def test_a_batch_whose_commit_went_through_before_the_connection_was_lost_is_not_written_twice(
+    transactional_db: None, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The double fault: the batch is committed, then the connection drops before the writer
+    hears so. The retry finds the rows by their write keys and writes only what is missing."""
+    from hostapp.calls import ledger
+    from hostapp.calls.models import Call
+
+    monkeypatch.setattr(ledger, "RETRY_FIRST", 0.05)
+    write = ledger.write
+    attempts: list[bool] = []
+
+    def lost_after_commit(batch: list[ledger.Finished], **options: Any) -> list[Any]:
+        attempts.append(options.get("retry", False))
+        written = write(batch, **options)
+        if len(attempts) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return written
+
+    monkeypatch.setattr(ledger, "write", lost_after_commit)
+    writer = ledger.LedgerWriter()
+    caplog.set_level(logging.WARNING, logger="hostapp.calls.ledger")
+    items = [_finished(f"t{i}") for i in range(3)]
+    for item in items:
+        writer.submit(item)
+    assert writer.flush(10)
+    assert attempts[0] is False and attempts[1:] and all(attempts[1:])
+    assert sorted(Call.objects.values_list("tool_name", flat=True)) == ["ops__t0", "ops__t1", "ops__t2"]
+    assert {c.write_key for c in Call.objects.all()} == {item.fields["write_key"] for item in items}
+    assert "retrying" in caplog.text
+    writer.stop()
+
+
+def test_a_retry_writes_the_calls_of_the_batch_that_are_not_there_yet(transactional_db: None) -> None:
+    from hostapp.calls import ledger
+    from hostapp.calls.models import Call
+
+    items = [_finished(f"t{i}") for i in range(3)]
+    for item in items:
+        item.fields["write_key"] = uuid.uuid4()
+    ledger.write(items[:1])
+    ledger.write(items, retry=True)
+    assert sorted(Call.objects.values_list("tool_name", flat=True)) == ["ops__t0", "ops__t1", "ops__t2"]
+    assert ledger.write(items, retry=True) == []
+    assert Call.objects.count() == 3
 
 
 def test_a_row_the_database_cannot_take_is_logged_and_the_others_written(
