@@ -16,6 +16,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -58,30 +59,41 @@ class Batcher(Generic[T]):
         self._idle = idle
         self._on_idle = on_idle
         self._on_exit = on_exit
-        self._lock = threading.Lock()
-        self._progress = threading.Condition()
         self._reset()
-        self._pid = os.getpid()
+        # A forked child starts empty, with locks of its own (the parent's may have been
+        # held by another thread at the fork). Weakly: a batcher is not kept alive for it.
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (batcher := ref()) is not None and batcher._reset())
 
     def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._progress = threading.Condition()
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._queued = 0
         self._handled = 0
         self._thread: threading.Thread | None = None
+        self._stop_sent = False  # the current thread was asked to stop
 
     # -- producers ------------------------------------------------------------------------
 
     def submit(self, item: T) -> None:
+        # Under the lock: an item never lands behind a stop request (a stop holds the lock
+        # until its thread has ended), and a stopped thread is replaced before it is queued.
         with self._lock:
-            if self._pid != os.getpid():
-                self._reset()
-                self._pid = os.getpid()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
-        with self._progress:
-            self._queued += 1
-        self._queue.put(item)
+            if self._thread is None or not self._thread.is_alive() or self._stop_sent:
+                self._start()
+            with self._progress:
+                self._queued += 1
+            self._queue.put(item)
+
+    def _start(self) -> None:
+        if self._stop_sent:
+            # The last thread was asked to stop and has not yet: it keeps the old queue (and
+            # its stop request) to itself; what comes now goes to a new queue and thread.
+            self._queue = queue.SimpleQueue()
+        self._stop_sent = False
+        self._thread = threading.Thread(target=self._run, args=(self._queue,), name=self.name, daemon=True)
+        self._thread.start()
 
     @property
     def backlog(self) -> int:
@@ -97,23 +109,26 @@ class Batcher(Generic[T]):
     def stop(self, timeout: float = 5.0) -> bool:
         """Hand over what is queued, then end the thread; whether it ended in time.
         A later `submit` starts a new thread."""
-        thread = self._thread
-        if thread is None or not thread.is_alive() or self._pid != os.getpid():
-            return True
-        self._queue.put(_STOP)
-        thread.join(timeout)
-        return not thread.is_alive()
+        with self._lock:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return True
+            if not self._stop_sent:
+                self._stop_sent = True
+                self._queue.put(_STOP)
+            thread.join(timeout)
+            return not thread.is_alive()
 
     # -- the thread -----------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, items: queue.SimpleQueue[object]) -> None:
         try:
             stop = False
             while not stop:
-                item = self._next()
+                item = self._next(items)
                 if item is _STOP:
                     break
-                batch, stop = self._collect(item)  # type: ignore[arg-type]
+                batch, stop = self._collect(items, item)  # type: ignore[arg-type]
                 try:
                     self._handle(batch)
                 except Exception:  # boundary: one bad batch must not end the thread
@@ -126,17 +141,17 @@ class Batcher(Generic[T]):
             if self._on_exit is not None:
                 self._on_exit()
 
-    def _next(self) -> object:
+    def _next(self, items: queue.SimpleQueue[object]) -> object:
         if self._idle is None:
-            return self._queue.get()
+            return items.get()
         try:
-            return self._queue.get(timeout=self._idle)
+            return items.get(timeout=self._idle)
         except queue.Empty:
             if self._on_idle is not None:
                 self._on_idle()
-            return self._queue.get()
+            return items.get()
 
-    def _collect(self, first: T) -> tuple[list[T], bool]:
+    def _collect(self, items: queue.SimpleQueue[object], first: T) -> tuple[list[T], bool]:
         """`first` and what arrives within the window after it; whether a stop came too."""
         batch = [first]
         deadline = time.monotonic() + self._window()
@@ -145,7 +160,7 @@ class Batcher(Generic[T]):
             if left <= 0:
                 break
             try:
-                item = self._queue.get(timeout=left)
+                item = items.get(timeout=left)
             except queue.Empty:
                 break
             if item is _STOP:

@@ -170,9 +170,10 @@ def test_a_forked_child_starts_empty_and_with_its_own_thread() -> None:
     pid = os.fork()
     if pid == 0:  # the child: the parent's items are not its own
         try:
+            ok = batcher.backlog == 0 and batcher.flush(0)
             release.set()
             batcher.submit(3)
-            ok = batcher.flush(5) and seen.batches == [[3]] and batcher.backlog == 0
+            ok = ok and batcher.flush(5) and seen.batches == [[3]] and batcher.backlog == 0
             os.write(write, b"ok" if ok else repr(seen.batches).encode())
         finally:
             os._exit(0)
@@ -184,4 +185,55 @@ def test_a_forked_child_starts_empty_and_with_its_own_thread() -> None:
     assert batcher.flush(5)
     assert answer == b"ok"
     assert [i for batch in seen.batches for i in batch] == [1, 2]
+    batcher.stop()
+
+
+def test_a_stop_that_runs_out_of_time_strands_nothing_submitted_after_it() -> None:
+    """The thread is busy past the stop's timeout: a second stop sends no second request,
+    and what is submitted afterwards goes to a new thread instead of behind the request."""
+    release = threading.Event()
+    seen = Recorder()
+
+    def handle(batch: list[int]) -> None:
+        if batch == [1]:
+            release.wait(10)
+        seen(batch)
+
+    batcher = Batcher("test-batcher", handle, window=lambda: 0.0, limit=100)
+    batcher.submit(1)
+    time.sleep(0.05)  # the first batch is being handled
+    assert not batcher.stop(0.1)
+    assert not batcher.stop(0.1)
+    batcher.submit(2)
+    assert batcher.flush(5) is False  # 1 is still held
+    release.set()
+    assert batcher.flush(5)
+    assert sorted(i for batch in seen.batches for i in batch) == [1, 2]
+    batcher.submit(3)
+    assert batcher.flush(5)
+    assert batcher.stop(5)
+
+
+def test_submits_racing_a_stop_are_all_handled() -> None:
+    seen = Recorder()
+    batcher = Batcher("test-batcher", seen, window=lambda: 0.01, limit=100)
+    stop_now = threading.Event()
+
+    def producer(base: int) -> None:
+        for i in range(200):
+            batcher.submit(base + i)
+            if i == 50:
+                stop_now.set()
+
+    threads = [threading.Thread(target=producer, args=(k * 1000,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    stop_now.wait(5)
+    batcher.stop(5)
+    for t in threads:
+        t.join(10)
+    assert batcher.flush(10)
+    assert sorted(i for batch in seen.batches for i in batch) == sorted(
+        k * 1000 + i for k in range(3) for i in range(200)
+    )
     batcher.stop()
