@@ -15,6 +15,8 @@ What is not written yet lives in this process's memory:
 * when the database refuses a batch, the writer keeps it and tries again, backing off,
   and says it is not `accepting()`: the endpoint then sends calls the way that writes
   first (which fails loudly while the database is down) until the writer has caught up;
+  a batch that was committed before the connection was lost is not written twice (each
+  row carries a write key, and a retry leaves out the rows already there);
 * a row the database refuses for what it holds (PostgreSQL takes no NUL byte or NaN in
   JSON) is written with its result replaced by a note saying why; one it still refuses is
   logged in full, at ERROR, and left out, so that one bad row does not hold the others back;
