@@ -344,6 +344,34 @@ def refresh_all(
     return time.perf_counter() - started, results
 
 
+def refresh_row(
+    mode: str,
+    threads: int,
+    kind: str,
+    elapsed: float,
+    results: list[tuple[Any, float]],
+    cpu_bench: float,
+    cpu_servers: float,
+    load: float,
+    failures: list[str],
+) -> dict[str, Any]:
+    """One row of the refresh table (and of `--json`)."""
+    per = [s * 1000 for _, s in results]
+    return {
+        "mode": mode,
+        "threads": threads,
+        "kind": kind,
+        "total_s": elapsed,
+        "per_server_median_ms": statistics.median(per),
+        "per_server_max_ms": max(per),
+        "cpu_patchbay_s": cpu_bench,
+        "cpu_servers_s": cpu_servers,
+        "load1_before": load,
+        "failed": len(failures),
+        "failure_example": failures[0] if failures else "",
+    }
+
+
 def check(results: list[tuple[Any, float]], n_servers: int, n_tools: int, expect: str) -> list[str]:
     """The failures (as messages); asserts that everything else did what `expect` says."""
     from hostapp.catalog.models import Tool
@@ -664,20 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             elapsed, results = refresh_all(names, threads, one)
             cpu_bench, cpu_servers = time.process_time() - cpu_bench, proc_cpu(servers_proc.pid) - cpu_servers
             failures = check(results, args.servers, args.tools, expect)
-            per = [s * 1000 for _, s in results]
-            row = {
-                "mode": mode,
-                "threads": threads,
-                "kind": kind,
-                "total_s": elapsed,
-                "per_server_median_ms": statistics.median(per),
-                "per_server_max_ms": max(per),
-                "cpu_patchbay_s": cpu_bench,
-                "cpu_servers_s": cpu_servers,
-                "load1_before": load,
-                "failed": len(failures),
-                "failure_example": failures[0] if failures else "",
-            }
+            row = refresh_row(mode, threads, kind, elapsed, results, cpu_bench, cpu_servers, load, failures)
             refreshes.append(row)
             if failures and expect != "list":
                 # Catch up (untimed) so that the next measurement starts from the state it expects.
@@ -738,25 +753,11 @@ def main(argv: list[str] | None = None) -> int:
             elapsed, results = asyncio.run(_sdk_floor(port, names, concurrency, warm, snapshot))
             cpu_bench = time.process_time() - cpu["bench"]
             cpu_servers = proc_cpu(servers_proc.pid) - cpu["servers"]
-            wrong = [count for count, _ in results if count != args.tools]
-            per = [s * 1000 for _, s in results]
-            refreshes.append(
-                {
-                    "mode": mode,
-                    "threads": concurrency,
-                    "kind": kind,
-                    "total_s": elapsed,
-                    "per_server_median_ms": statistics.median(per),
-                    "per_server_max_ms": max(per),
-                    "cpu_patchbay_s": cpu_bench,
-                    "cpu_servers_s": cpu_servers,
-                    "load1_before": load,
-                    "failed": len(wrong),
-                    "failure_example": f"a listing of {wrong[0]} tools" if wrong else "",
-                }
-            )
+            wrong = [f"a listing of {count} tools" for count, _ in results if count != args.tools]
+            row = refresh_row(mode, concurrency, kind, elapsed, results, cpu_bench, cpu_servers, load, wrong)
+            refreshes.append(row)
             print(
-                f"floor   {mode:<10} {kind:<38} {elapsed:7.2f} s  (per server median {statistics.median(per):.0f} ms; "
+                f"floor   {mode:<10} {kind:<38} {elapsed:7.2f} s  (per server median {row['per_server_median_ms']:.0f} ms; "
                 f"CPU this process {cpu_bench:.1f} s, servers {cpu_servers:.1f} s; load {load:.1f})",
                 flush=True,
             )
