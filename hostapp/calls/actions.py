@@ -93,7 +93,8 @@ def check_arguments(schema_json: str, arguments: Any) -> list[dict[str, str]]:
 
 
 def _event(call: Call, kind: str, actor: str = "", **detail: Any) -> None:
-    CallEvent.objects.create(call=call, kind=kind, actor=actor, detail=detail)
+    """An event that happens now."""
+    _add_event(call, Event(kind, actor, detail, timezone.now()))
 
 
 def _created_event(requester: Requester, decision: Decision, at: datetime) -> Event:
