@@ -38,6 +38,9 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 
+# Imported first so that its exit handler, registered on import, runs after the writer's
+# (exit handlers run last registered first): the rows' live events are queued by then.
+from hostapp.core import events  # noqa: F401
 from hostapp.core.batching import Batcher
 
 from .models import Call, CallEvent
@@ -158,16 +161,14 @@ class LedgerWriter:
         return self._batcher.flush(timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Write what is queued, then end the thread (at exit), and let pages hear of it."""
-        from hostapp.core import events
-
+        """Write what is queued, then end the thread (at exit). Pages hear of the last rows
+        from the live events' own exit handler, which runs after this one (see below)."""
         if not self._batcher.stop(timeout):
             logger.error(
                 "the ledger writer did not finish within %.0fs: %d answered calls are not recorded",
                 timeout,
                 self._batcher.backlog,
             )
-        events.flush(timeout=2.0)
 
     def _write_batch(self, batch: list[Finished]) -> None:
         try:
