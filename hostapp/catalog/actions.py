@@ -29,7 +29,7 @@ from hostapp.mcp.sanitize import (
     safe_icons,
 )
 
-from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool, definition_hash
+from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool, stored_definition
 from .naming import expose_names
 
 logger = logging.getLogger(__name__)
@@ -408,7 +408,7 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
             names = exposed[name]
             tool = current.get(name)
             if tool is None:
-                digest = definition_hash(definition)
+                definition, digest = stored_definition(definition)
                 trusted_new = server.trusted
                 to_create.append(
                     Tool(
@@ -436,7 +436,7 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
             # The stored hash is the hash of the stored definition (they are only ever written
             # together, here), so a definition that is the same needs no hashing.
             if not _same_json(definition, tool.definition):
-                digest = definition_hash(definition)
+                definition, digest = stored_definition(definition)
                 if digest == tool.definition_hash and definition != tool.definition:
                     # Outside the pin (icons, _meta): keep what is shown current, nothing to review.
                     update.update(definition=definition, **_display_fields(definition))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -137,14 +138,52 @@ class Server(models.Model):
         return self.url
 
 
+# What a tool's pin covers: everything that changes what calling it means.
+PINNED_KEYS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def definition_hash(definition: dict[str, Any]) -> str:
-    """The pin of a tool: a hash of everything that changes what calling it means."""
-    pinned = {
-        key: definition.get(key)
-        for key in ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
-    }
-    canonical = json.dumps(pinned, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The pin of a tool: a hash of its `PINNED_KEYS`. The definition holds JSON values only
+    (`storable`); a NaN raises ValueError."""
+    canonical = _canonical({key: definition.get(key) for key in PINNED_KEYS})
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def storable(value: Any) -> Any:
+    """`value` as every database's JSON column keeps it: NaN and infinities, which are not
+    JSON (a server's JSON parser may accept them all the same), become null, as a JSON dump
+    of the SDK's models makes them; NUL characters, which PostgreSQL's jsonb refuses, are
+    removed from strings and keys."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    return value
+
+
+def stored_definition(definition: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The definition as it is stored (`storable`) and its hash (`definition_hash`).
+
+    A clean definition (nearly all) is returned as it is, checked by the encoding its hash
+    needs anyway (and one of the few keys outside the pin, if there are any); only one that
+    holds something to change is copied."""
+    try:
+        canonical = _canonical({key: definition.get(key) for key in PINNED_KEYS})
+        rest = [item for key, item in definition.items() if key not in PINNED_KEYS]
+        if "\\u0000" not in canonical and not (rest and "\\u0000" in _canonical(rest)):
+            return definition, hashlib.sha256(canonical.encode()).hexdigest()
+    except ValueError:  # a NaN or an infinity
+        pass
+    clean = storable(definition)
+    return clean, definition_hash(clean)
 
 
 class Tool(models.Model):

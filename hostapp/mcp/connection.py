@@ -7,6 +7,7 @@ SDK multiplexes concurrent requests over the one session.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -24,7 +25,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from . import errors
 from .config import ServerConfig
@@ -61,6 +62,36 @@ def _dump(model: Any) -> dict[str, Any]:
     if model is None:
         return {}
     return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+@functools.cache
+def _wire_keys(model_type: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """(attribute, key on the wire) of each field of a model type."""
+    return tuple(
+        (name, info.serialization_alias or info.alias or name) for name, info in model_type.model_fields.items()
+    )
+
+
+def _dump_listed(model: BaseModel) -> dict[str, Any]:
+    """`_dump(model)`, field by field, for the items of a listing (thousands of tools).
+
+    A model's free-form JSON fields (a tool's schemas and `_meta`) were parsed from the
+    wire moments ago and hold JSON values only; dumping them walks every node to copy it
+    as it is, most of the time a listing takes in this process. They are taken as they
+    are, and only nested models are dumped. A model with extra fields is dumped whole."""
+    if model.model_extra:
+        return _dump(model)
+    out: dict[str, Any] = {}
+    for name, key in _wire_keys(type(model)):
+        value = getattr(model, name)
+        if value is None:
+            continue
+        if isinstance(value, BaseModel):
+            value = _dump(value)
+        elif isinstance(value, list) and any(isinstance(item, BaseModel) for item in value):
+            value = [_dump(item) if isinstance(item, BaseModel) else item for item in value]
+        out[key] = value
+    return out
 
 
 def result_failure(result: dict[str, Any], tool: str, known_tools: set[str] | None = None) -> McpFailure | None:
@@ -298,7 +329,7 @@ class Connection:
                     result = await self._request(lambda c=cursor: client.list_tools(cursor=c, cache_mode="bypass"))
                 except TimeoutError:
                     raise
-                tools.extend(_dump(tool) for tool in result.tools)
+                tools.extend(_dump_listed(tool) for tool in result.tools)
                 if len(tools) > MAX_TOOLS:
                     raise errors.protocol_error(
                         f"the server lists more than {MAX_TOOLS} tools", reason="too_many_tools"

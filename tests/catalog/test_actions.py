@@ -336,6 +336,33 @@ def test_it_strips_bidi_and_invisible_controls_from_descriptions_and_says_so() -
     assert t.definition["description"] == BIDI
 
 
+def test_it_stores_a_definition_holding_what_json_columns_refuse() -> None:
+    """A server's JSON may hold NaN or Infinity (not JSON, though parsers take them) and NUL
+    characters (JSON, but PostgreSQL's jsonb refuses them): the tool is stored all the same,
+    with null for the numbers and without the NULs, on every database, and the next identical
+    listing changes nothing."""
+    hostile = tool_def(
+        "read",
+        "Reads\x00 files",
+        inputSchema={"type": "object", "properties": {"n\x00": {"type": "number", "maximum": float("inf")}}},
+        outputSchema={"type": "object", "properties": {"x": {"default": float("nan")}}},
+        _meta={"note": "a\x00b", "weight": float("-inf")},
+    )
+    server = listed(make_server("files", trusted=True), hostile)
+
+    t = tool("files__read")
+    assert t.definition["description"] == "Reads files"
+    assert t.definition["inputSchema"]["properties"] == {"n": {"type": "number", "maximum": None}}
+    assert t.definition["outputSchema"]["properties"]["x"] == {"default": None}
+    assert t.definition["_meta"] == {"note": "ab", "weight": None}
+    assert t.pinned_hash == t.definition_hash == definition_hash(t.definition)
+    assert t.description == "Reads files"
+
+    result = actions.record_tools(server, [copy.deepcopy(hostile)])
+    assert (result.changed, result.quarantined) == ([], [])
+    assert tool("files__read").status == Tool.ACTIVE
+
+
 def test_it_caps_descriptions_and_titles() -> None:
     listed(make_server("files"), tool_def("read", "d" * 10_000, title="t" * 1000))
 
