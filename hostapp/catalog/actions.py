@@ -29,7 +29,7 @@ from hostapp.mcp.sanitize import (
     safe_icons,
 )
 
-from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool, stored_definition
+from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool, storable, stored_definition
 from .naming import expose_names
 
 logger = logging.getLogger(__name__)
@@ -269,18 +269,19 @@ def delete_server(server: Server) -> None:
 
 
 def record_status(status: ServerStatus) -> None:
-    """Store what a pool saw of a server (state, revision, errors) for the pages."""
+    """Store what a pool saw of a server (state, revision, errors) for the pages. What the
+    server sent (its info, its stderr) is stored as the JSON columns can keep it."""
     fields = {
         "state": status.state,
         "state_at": timezone.now(),
-        "stderr_tail": list(status.stderr_tail),
-        "last_error": status.last_error,
+        "stderr_tail": storable(list(status.stderr_tail)),
+        "last_error": storable(status.last_error),
     }
     if status.protocol_version:
         fields.update(
             protocol_version=status.protocol_version,
-            server_info=status.server_info,
-            capabilities=status.capabilities,
+            server_info=storable(status.server_info),
+            capabilities=storable(status.capabilities),
             instructions=clean_text(status.instructions),
         )
     with transaction.atomic():

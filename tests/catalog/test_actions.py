@@ -11,6 +11,7 @@ from hostapp.catalog import actions
 from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool, definition_hash
 from hostapp.mcp import errors
 from hostapp.mcp.config import ConfigError
+from hostapp.mcp.pool import ServerStatus
 
 from .conftest import listed, make_server, tool_def
 
@@ -361,6 +362,29 @@ def test_it_stores_a_definition_holding_what_json_columns_refuse() -> None:
     result = actions.record_tools(server, [copy.deepcopy(hostile)])
     assert (result.changed, result.quarantined) == ([], [])
     assert tool("files__read").status == Tool.ACTIVE
+
+
+def test_it_stores_a_server_status_holding_what_json_columns_refuse() -> None:
+    make_server("files")
+    actions.record_status(
+        ServerStatus(
+            name="files",
+            state="ready",
+            transport="stdio",
+            enabled=True,
+            protocol_version="2025-11-25",
+            server_info={"name": "fi\x00les", "version": float("nan")},
+            capabilities={"tools": {"listChanged": True}, "x\x00": {}},
+            stderr_tail=("boot\x00ing",),
+            last_error={"message": "bad\x00 thing"},
+        )
+    )
+
+    server = Server.objects.get(name="files")
+    assert server.server_info == {"name": "files", "version": None}
+    assert server.capabilities == {"tools": {"listChanged": True}, "x": {}}
+    assert server.stderr_tail == ["booting"]
+    assert server.last_error == {"message": "bad thing"}
 
 
 def test_it_caps_descriptions_and_titles() -> None:
