@@ -47,8 +47,11 @@ def _fresh_channel_layer() -> Iterator[None]:
 
     from hostapp.calls.ledger import writer
     from hostapp.core import events
+    from hostapp.oauth import store
 
     writer.flush(timeout=5.0)
     events.flush(timeout=2.0)
+    # The credential reader keeps a database session: none may outlive a test's database.
+    store.reader.stop(timeout=5.0)
 
     channel_layers.backends.clear()
