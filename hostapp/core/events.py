@@ -89,12 +89,13 @@ class _Publisher:
 
 
 async def _publish(layer: Any, batch: list[Item]) -> None:
-    """One message to the pages for the whole batch; catalog changes also to their own group."""
+    """One message to the pages for the whole batch; its catalog changes in one more to
+    their own group (a hundred servers connecting at once are one message, not a hundred)."""
     events = [{"kind": kind, "data": data} for kind, data in batch]
     await layer.group_send(LIVE_GROUP, {"type": "live.events", "events": events})
-    for event in events:
-        if event["kind"] in CATALOG_KINDS:
-            await layer.group_send(CATALOG_GROUP, {"type": "live.event", **event})
+    catalog = [event for event in events if event["kind"] in CATALOG_KINDS]
+    if catalog:
+        await layer.group_send(CATALOG_GROUP, {"type": "live.events", "events": catalog})
 
 
 _sender: Batcher[Item] = Batcher("live-events", _Publisher(), window=lambda: BATCH_WINDOW, limit=BATCH_MAX)

@@ -136,9 +136,11 @@ class GatewayApp:
                 delay = 1.0
                 while True:
                     message = await layer.receive(channel)
-                    if message.get("kind") == "policy.changed":
+                    # A batch of events (`hostapp.core.events`), acted on once per kind.
+                    kinds = {event.get("kind") for event in message.get("events", ())}
+                    if "policy.changed" in kinds:
                         self.gateway.forget_routes()
-                    elif message.get("kind") in ("catalog.changed", "server.changed"):
+                    if kinds & {"catalog.changed", "server.changed"}:
                         await self.gateway.catalog_changed()
             except asyncio.CancelledError:
                 raise
