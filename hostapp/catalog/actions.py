@@ -10,6 +10,7 @@ import logging
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
@@ -348,31 +349,51 @@ def _update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any
         cursor.executemany(sql, rows)
 
 
-def _insert_rows(tools: list[Tool]) -> None:
-    """Insert new tools as `bulk_create` would (each field's default, `auto_now_add` and
-    database preparation), with one statement executed for every row. A tool's pin is its
-    definition when it arrives trusted: that JSON is prepared once for both columns."""
+def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
+    """Insert new tools, each given as `{attname: value}`, as `bulk_create` would write them
+    (each missing field's default, `now` for `auto_now_add`, each value as its field
+    prepares it for the database), with one statement executed for every row.
+
+    Without a model instance per row, and with the preparation that is the same for every
+    row done once: strings go to text columns as they are (what preparing them does), the
+    fields a row does not give are prepared once, and one JSON value given for two columns
+    (a trusted tool's definition and its pin) is encoded once."""
     meta = Tool._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key]
     quote = connection.ops.quote_name
     sql = "INSERT INTO {} ({}) VALUES ({})".format(
         quote(meta.db_table), ", ".join(quote(f.column) for f in fields), ", ".join(["%s"] * len(fields))
     )
-    rows = []
-    for tool in tools:
-        row = []
-        definition: Any = None
+    missing = {
+        f.attname: f.get_db_prep_save(
+            now if getattr(f, "auto_now_add", False) or getattr(f, "auto_now", False) else f.get_default(),
+            connection=connection,
+        )
+        for f in fields
+    }
+    kinds = {f.attname: f.get_internal_type() for f in fields}
+    prepared_rows = []
+    for row in rows:
+        prepared = []
+        encoded: dict[int, Any] = {}  # id(JSON object) -> its prepared value, within the row
         for f in fields:
-            if f.name == "pinned_definition" and tool.pinned_definition is tool.definition:
-                row.append(definition)
+            name = f.attname
+            if name not in row:
+                prepared.append(missing[name])
                 continue
-            value = f.get_db_prep_save(f.pre_save(tool, True), connection=connection)
-            if f.name == "definition":
-                definition = value
-            row.append(value)
-        rows.append(row)
+            value = row[name]
+            kind = kinds[name]
+            if kind in ("CharField", "TextField") and type(value) is str:
+                prepared.append(value)
+            elif kind == "JSONField" and isinstance(value, dict | list):
+                if id(value) not in encoded:
+                    encoded[id(value)] = f.get_db_prep_save(value, connection=connection)
+                prepared.append(encoded[id(value)])
+            else:
+                prepared.append(f.get_db_prep_save(value, connection=connection))
+        prepared_rows.append(prepared)
     with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        cursor.executemany(sql, prepared_rows)
 
 
 def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshResult:
@@ -402,7 +423,7 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         moving = [t for name, t in current.items() if name in by_name and t.exposed_name != exposed[name].name]
         if moving:
             _update_rows(("exposed_name",), [(t.pk, {"exposed_name": f"~{t.pk}"}) for t in moving])
-        to_create: list[Tool] = []
+        to_create: list[dict[str, Any]] = []
         # Tools to update, by the fields that change (each row is written as its save would).
         to_update: dict[tuple[str, ...], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
         for name, definition in by_name.items():
@@ -412,20 +433,20 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
                 definition, digest = stored_definition(definition)
                 trusted_new = server.trusted
                 to_create.append(
-                    Tool(
-                        server=server,
-                        original_name=name,
-                        exposed_name=names.name,
-                        name_warning=names.warning,
-                        definition=definition,
-                        definition_hash=digest,
-                        pinned_definition=definition if trusted_new else None,
-                        pinned_hash=digest if trusted_new else "",
-                        status=Tool.ACTIVE if trusted_new else Tool.QUARANTINED,
-                        quarantine_reason="" if trusted_new else Tool.NEW,
-                        effective_class=effective_class(definition.get("annotations") or {}, server.trusted),
+                    {
+                        "server_id": server.pk,
+                        "original_name": name,
+                        "exposed_name": names.name,
+                        "name_warning": names.warning,
+                        "definition": definition,
+                        "definition_hash": digest,
+                        "pinned_definition": definition if trusted_new else None,
+                        "pinned_hash": digest if trusted_new else "",
+                        "status": Tool.ACTIVE if trusted_new else Tool.QUARANTINED,
+                        "quarantine_reason": "" if trusted_new else Tool.NEW,
+                        "effective_class": effective_class(definition.get("annotations") or {}, server.trusted),
                         **_display_fields(definition),
-                    )
+                    }
                 )
                 result.added.append(names.name)
                 if not trusted_new:
@@ -460,7 +481,7 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         for fields, updates in to_update.items():
             _update_rows(fields, updates)
         if to_create:
-            _insert_rows(to_create)
+            _insert_rows(to_create, now)
         server.tools_refreshed_at = now
         server.last_refresh_at = now
         server.stale = False

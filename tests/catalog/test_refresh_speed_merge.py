@@ -220,6 +220,38 @@ def test_a_mixed_refresh_changes_adds_removes_and_renames_in_one_call(reviewer: 
     assert new.pinned_definition == new.definition
 
 
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
+def test_new_tools_are_written_as_bulk_create_writes_them(trusted: bool) -> None:
+    """Every column of a tool the merge inserts (defaults and all) is what Django's own
+    `bulk_create` writes for a Tool built from the same values."""
+    server = listed(make_server("files", trusted=trusted), *catalog_listing(4))
+    mine = list(Tool.objects.filter(server=server).order_by("original_name"))
+    Tool.objects.filter(server=server).delete()
+    Tool.objects.bulk_create([Tool(**{name: getattr(t, name) for name in GIVEN}) for t in mine])
+
+    def raw_rows() -> list[tuple[Any, ...]]:
+        columns = [
+            f.column for f in Tool._meta.concrete_fields if f.attname not in ("id", "first_seen_at", "changed_at")
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {', '.join(columns)} FROM catalog_tool ORDER BY original_name")
+            return cursor.fetchall()
+
+    theirs = raw_rows()
+    Tool.objects.filter(server=server).delete()
+    listed(server, *catalog_listing(4))
+    assert raw_rows() == theirs
+    assert all(t.first_seen_at == t.changed_at == t.server.tools_refreshed_at for t in Tool.objects.all())
+
+
+# The fields the merge gives a new tool (the others take their defaults).
+GIVEN = {
+    "server_id", "original_name", "exposed_name", "name_warning", "definition", "definition_hash",
+    "pinned_definition", "pinned_hash", "status", "quarantine_reason", "effective_class", "title", "description",
+    "text_warning", "icons",
+}  # fmt: skip
+
+
 def test_a_mixed_refresh_of_an_untrusted_server_quarantines_what_is_new() -> None:
     server = listed(make_server("mail"), tool_def("read", "Reads"), tool_def("gone", "Goes"))
 
