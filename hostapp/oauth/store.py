@@ -175,24 +175,33 @@ class DatabaseStore:
         """Tokens (none for an interactive store: a new consent is the point), registration
         and state, from one read of the server and its credential."""
 
-        def read() -> tuple[Server, Credential | None]:
-            server = Server.objects.get(name=self.server_name)
-            return server, Credential.objects.filter(server=server).first()
+        def read() -> tuple[Any, ...]:
+            # One query, no model instances: every HTTP connection a pool opens reads this.
+            return Server.objects.values_list(  # type: ignore[no-any-return]
+                "oauth_client_id", "oauth_client_secret", "credential__tokens", "credential__client_info",
+                "credential__learned",
+            ).get(name=self.server_name)  # fmt: skip
 
-        server, credential = await _read(read)
-        tokens = None if self.interactive or credential is None else credential.tokens
-        info = credential.client_info if credential is not None else None
-        state = dict(credential.learned) if credential is not None else {}
-        return (OAuthToken.model_validate(tokens) if tokens else None), self._client_info(server, info), state
+        client_id, client_secret, tokens, info, learned = await _read(read)
+        if self.interactive:
+            tokens = None
+        state = dict(learned or {})
+        return (
+            (OAuthToken.model_validate(tokens) if tokens else None),
+            self._client_info(client_id, client_secret, info),
+            state,
+        )
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return (await self.load())[1]
 
-    def _client_info(self, server: Server, info: dict[str, Any] | None) -> OAuthClientInformationFull | None:
-        if server.oauth_client_id:  # pre-registered: configuration wins
-            secret = server.oauth_client_secret or None
+    def _client_info(
+        self, client_id: str, client_secret: str, info: dict[str, Any] | None
+    ) -> OAuthClientInformationFull | None:
+        if client_id:  # pre-registered: configuration wins
+            secret = client_secret or None
             return OAuthClientInformationFull(
-                client_id=server.oauth_client_id,
+                client_id=client_id,
                 client_secret=secret,
                 redirect_uris=[self.redirect_uri],  # type: ignore[list-item]
                 token_endpoint_auth_method="client_secret_post" if secret else "none",

@@ -17,15 +17,18 @@ from hostapp.oauth.models import Credential
 pytestmark = pytest.mark.django_db(transaction=True)  # the reader thread sees committed rows only
 
 
-def vault(**credential: Any) -> Server:
-    server = Server.objects.create(name="vault", transport=Server.HTTP, url="https://vault.example/mcp")
+def vault(server_fields: dict[str, Any] | None = None, **credential: Any) -> Server:
+    server = Server.objects.create(
+        name="vault", transport=Server.HTTP, url="https://vault.example/mcp", **(server_fields or {})
+    )
     if credential:
         Credential.objects.create(server=server, **credential)
     return server
 
 
-def load() -> tuple[Any, Any, dict[str, Any]]:
-    return asyncio.run(store.DatabaseStore("vault", redirect_uri=store.default_redirect_uri()).load())
+def load(interactive: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+    reader = store.DatabaseStore("vault", redirect_uri=store.default_redirect_uri(), interactive=interactive)
+    return asyncio.run(reader.load())
 
 
 def on_reader(fn: Any) -> Any:
@@ -90,3 +93,37 @@ def test_a_session_the_database_dropped_is_replaced_and_the_read_answered() -> N
     tokens, _info, _state = load()
 
     assert tokens is not None and tokens.access_token == "at-2"
+
+
+def test_a_load_reads_the_tokens_registration_and_state_of_the_credential() -> None:
+    registered = {"client_id": "dyn-1", "redirect_uris": [store.default_redirect_uri()], "client_secret": "s-1"}
+    vault(
+        tokens={"access_token": "at-3", "token_type": "Bearer", "refresh_token": "rt-3"},
+        client_info=registered,
+        learned={"scope": "read write"},
+    )
+
+    tokens, info, state = load()
+    assert (tokens.access_token, tokens.refresh_token) == ("at-3", "rt-3")
+    assert (info.client_id, info.client_secret) == ("dyn-1", "s-1")
+    assert state == {"scope": "read write"}
+    # The Connect flow's store starts from no token: a new consent is the point.
+    assert load(interactive=True)[0] is None
+
+
+def test_a_pre_registered_client_wins_over_a_registration_and_has_its_secret_read_whole() -> None:
+    vault(
+        {"oauth_client_id": "patchbay", "oauth_client_secret": "sk-0123456789abcdef"},
+        client_info={"client_id": "dyn-2", "redirect_uris": [store.default_redirect_uri()]},
+    )
+
+    _tokens, info, state = load()
+
+    assert (info.client_id, info.client_secret) == ("patchbay", "sk-0123456789abcdef")
+    assert info.token_endpoint_auth_method == "client_secret_post"
+    assert state == {}
+
+
+def test_a_server_without_a_credential_loads_nothing() -> None:
+    vault()
+    assert load() == (None, None, {})
