@@ -270,25 +270,32 @@ def delete_server(server: Server) -> None:
 
 
 def record_status(status: ServerStatus) -> None:
-    """Store what a pool saw of a server (state, revision, errors) for the pages. What the
-    server sent (its info, its stderr) is stored as the JSON columns can keep it."""
-    fields = {
-        "state": status.state,
-        "state_at": timezone.now(),
-        "stderr_tail": storable(list(status.stderr_tail)),
-        "last_error": storable(status.last_error),
-    }
-    if status.protocol_version:
-        fields.update(
-            protocol_version=status.protocol_version,
-            server_info=storable(status.server_info),
-            capabilities=storable(status.capabilities),
-            instructions=clean_text(status.instructions),
-        )
+    """Store what a pool saw of a server (state, revision, errors) for the pages."""
+    record_statuses([status])
+
+
+def record_statuses(statuses: list[ServerStatus]) -> None:
+    """Store what a pool saw of servers, in one transaction (many servers connecting at
+    once report together). What a server sent (its info, its stderr) is stored as the JSON
+    columns can keep it."""
+    now = timezone.now()
     with transaction.atomic():
-        updated = Server.objects.filter(name=status.name).update(**fields)
-        if updated:
-            send_event_on_commit("server.changed", {"names": [status.name], "state": status.state})
+        for status in statuses:
+            fields = {
+                "state": status.state,
+                "state_at": now,
+                "stderr_tail": storable(list(status.stderr_tail)),
+                "last_error": storable(status.last_error),
+            }
+            if status.protocol_version:
+                fields.update(
+                    protocol_version=status.protocol_version,
+                    server_info=storable(status.server_info),
+                    capabilities=storable(status.capabilities),
+                    instructions=clean_text(status.instructions),
+                )
+            if Server.objects.filter(name=status.name).update(**fields):
+                send_event_on_commit("server.changed", {"names": [status.name], "state": status.state})
 
 
 # --- tools --------------------------------------------------------------------------------

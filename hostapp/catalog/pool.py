@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-from hostapp.mcp import Pool, PoolEvent, ServerConfig
+from hostapp.mcp import Pool, PoolEvent, ServerConfig, ServerStatus
 
 from .models import Server
 
@@ -102,21 +103,59 @@ def sync(servers: Iterable[Server]) -> Pool:
     return pool
 
 
-def _on_event(event: PoolEvent) -> None:
-    """Runs on the pool's event thread: store the state, react to announced changes."""
-    from . import actions, tasks
+# The states the pool reported and this process has yet to store, the latest per server.
+# Stored when a burst of events is over (many servers connecting at once are one
+# transaction, and a "connecting" that "ready" followed is not written), or sooner when
+# events keep coming. Under a lock: a pool being closed may still be delivering its last
+# events while a new one delivers its first.
+_states: dict[str, ServerStatus] = {}
+_states_lock = threading.Lock()
+_states_since = 0.0
+STATES_HELD_MAX = 0.5  # seconds
+STATES_HELD_COUNT = 200
 
-    try:
-        if event.kind == "state":
-            actions.record_status(event.status)
-        elif event.kind == "tools_changed":
+
+def _on_event(event: PoolEvent) -> None:
+    """Runs on the pool's event thread: note the state, react to announced changes."""
+    global _states_since
+    from . import tasks
+
+    if event.kind == "state":
+        with _states_lock:
+            if not _states:
+                _states_since = time.monotonic()
+            _states.pop(event.server, None)  # in the order they last changed
+            _states[event.server] = event.status
+            due = len(_states) >= STATES_HELD_COUNT or time.monotonic() - _states_since > STATES_HELD_MAX
+        if due:
+            _store_states()
+    elif event.kind == "tools_changed":
+        try:
             tasks.queue_refresh(event.server, reason="the server announced a change")
+        except Exception:
+            connection.close()  # the next event starts from a fresh session
+            raise
+
+
+def _store_states() -> None:
+    from . import actions
+
+    with _states_lock:
+        statuses = list(_states.values())
+        _states.clear()
+    if not statuses:
+        return
+    try:
+        actions.record_statuses(statuses)
     except Exception:
         connection.close()  # the next event starts from a fresh session
         raise
 
 
 def _events_idle() -> None:
-    """No more pool events wait: the event thread does not keep a database session open
-    between bursts (many servers connecting at once share one)."""
-    connection.close()
+    """No more pool events wait: store the states held, and do not keep a database session
+    open between bursts (the event thread's)."""
+    try:
+        _store_states()
+    finally:
+        connection.close()

@@ -76,3 +76,13 @@ def reviewer_client(reviewer: User) -> Client:
 @pytest.fixture
 def plain_client(plain_user: User) -> Client:
     return _client_for(plain_user)
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """The live events the catalog's actions send (kind, data), instead of sending them."""
+    from hostapp.catalog import actions
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(actions, "send_event_on_commit", lambda kind, data: events.append((kind, data)))
+    return events

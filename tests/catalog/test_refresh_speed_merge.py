@@ -346,13 +346,6 @@ def test_an_override_survives_a_bulk_change() -> None:
 # --- events ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
-    events: list[tuple[str, dict[str, Any]]] = []
-    monkeypatch.setattr(actions, "send_event_on_commit", lambda kind, data: events.append((kind, data)))
-    return events
-
-
 def test_catalog_changed_is_announced_only_when_something_changed(sent: list[tuple[str, dict[str, Any]]]) -> None:
     server = make_server("files", trusted=True)
     actions.record_tools(server, catalog_listing(5))
