@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import queue
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
+from django.db import connection
 
 from hostapp.mcp.config import ConfigError
 
 from . import actions
 from .models import Server, Tool
 
+logger = logging.getLogger(__name__)
+
+# Servers `mcp refresh` lists at once: each waits on its server most of the time.
+REFRESH_JOBS = 8
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("import", help="import servers from an mcpServers JSON file")
     p.add_argument("file", help="a Claude Desktop / Cursor / VS Code config file, or - for stdin")
     p.add_argument("--refresh", action="store_true", help="list the imported servers' tools right away")
+    _jobs_argument(p)
     p.set_defaults(handler=cmd_import)
 
     p = subparsers.add_parser("export", help="print the servers as an mcpServers JSON document")
@@ -38,7 +49,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     p = subparsers.add_parser("refresh", help="list tools again (all servers, or the ones named)")
     p.add_argument("names", nargs="*", metavar="NAME")
+    _jobs_argument(p)
     p.set_defaults(handler=cmd_refresh)
+
+
+def _jobs_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=_positive,
+        default=REFRESH_JOBS,
+        help=f"servers refreshed at once (default {REFRESH_JOBS})",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
+    return value
 
 
 def _read_document(path: str) -> Any:
@@ -64,7 +96,7 @@ def cmd_import(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) 
         if names:
             out.write(f"{label}: {', '.join(names)}")
     if options["refresh"]:
-        return _refresh(result.created + result.updated + result.unchanged, out, err)
+        return _refresh(result.created + result.updated + result.unchanged, out, err, options["jobs"])
     return 0
 
 
@@ -143,22 +175,70 @@ def cmd_tools(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -
     return 0
 
 
-def _refresh(names: list[str], out: OutputWrapper, err: OutputWrapper) -> int:
+def _refresh_one(server: Server) -> actions.RefreshResult:
+    """A refresh that raises (a database error, say) is a failed result, not the end of the run."""
+    try:
+        return actions.refresh_server(server)
+    except Exception as exc:  # boundary: reported as this server's failure
+        logger.exception("refresh of %s failed", server.name)
+        return actions.RefreshResult(server.name, ok=False, error=f"{type(exc).__name__}: {exc}")
+
+
+def _refresh_each(servers: list[Server], jobs: int) -> Iterator[tuple[Server, actions.RefreshResult]]:
+    """Refresh the servers, `jobs` at a time; yield each with its result as it finishes.
+
+    Each worker thread keeps its database session for its servers and closes it when done.
+    When the caller stops early (Ctrl-C), the refreshes under way finish and no more start.
+    """
+    if jobs == 1 or len(servers) == 1:  # in this thread, in its session
+        for server in servers:
+            yield server, _refresh_one(server)
+        return
+    work: queue.SimpleQueue[Server] = queue.SimpleQueue()
+    for server in servers:
+        work.put(server)
+    done: queue.SimpleQueue[tuple[Server, actions.RefreshResult]] = queue.SimpleQueue()
+
+    def worker() -> None:
+        try:
+            while True:
+                try:
+                    server = work.get_nowait()
+                except queue.Empty:
+                    return
+                done.put((server, _refresh_one(server)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, name=f"mcp-refresh-{i}") for i in range(min(jobs, len(servers)))]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in servers:
+            yield done.get()
+    finally:
+        while True:  # nothing more starts
+            try:
+                work.get_nowait()
+            except queue.Empty:
+                break
+        for thread in threads:
+            thread.join()
+
+
+def _refresh(names: list[str], out: OutputWrapper, err: OutputWrapper, jobs: int = 1) -> int:
     failed = 0
     # Named servers are refreshed as asked (a disabled one is reported); "all" means the enabled ones.
     servers = (
         list(Server.objects.filter(name__in=names).order_by("name"))
         if names
-        else list(Server.objects.filter(enabled=True))
+        else list(Server.objects.filter(enabled=True).order_by("name"))
     )
     missing = sorted(set(names) - {s.name for s in servers})
     for name in missing:
         err.write(f"{name}: no such server")
         failed += 1
-    for i, server in enumerate(servers, 1):
-        out.write(f"[{i}/{len(servers)}] {server.name}: refreshing...", ending="")
-        out.flush()
-        result = actions.refresh_server(server)
+    for i, (server, result) in enumerate(_refresh_each(servers, jobs), 1):
         if result.ok:
             extra = []
             for label, items in (
@@ -169,13 +249,17 @@ def _refresh(names: list[str], out: OutputWrapper, err: OutputWrapper) -> int:
             ):
                 if items:
                     extra.append(f"{len(items)} {label}")
-            out.write(f" {result.tools} tools" + (f" ({', '.join(extra)})" if extra else ""))
+            out.write(
+                f"[{i}/{len(servers)}] {server.name}: {result.tools} tools"
+                + (f" ({', '.join(extra)})" if extra else "")
+            )
         else:
-            out.write(" failed")
+            out.write(f"[{i}/{len(servers)}] {server.name}: failed")
             err.write(f"{server.name}: {result.error}")
             failed += 1
+        out.flush()
     return 1 if failed else 0
 
 
 def cmd_refresh(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
-    return _refresh(options["names"], out, err)
+    return _refresh(options["names"], out, err, options["jobs"])

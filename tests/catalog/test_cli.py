@@ -8,6 +8,7 @@ import logging
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from hostapp.catalog import actions
+from hostapp.catalog import actions, cli
 from hostapp.catalog.models import SECRET_MASK, Server
 from tests.helpers import PYTHON, REPO, clean_env
 from tests.mcp.conftest import HOSTILE
@@ -273,6 +274,75 @@ def test_it_skips_disabled_servers_when_refreshing_all() -> None:
     assert "off" not in err
 
 
+def fake_servers(n: int) -> list[Server]:
+    return [Server(name=f"s{i}", command="/bin/true") for i in range(n)]
+
+
+def test_refreshes_run_jobs_at_a_time_and_each_is_reported_as_it_finishes(monkeypatch: pytest.MonkeyPatch) -> None:
+    inside = threading.Semaphore(0)
+    together = threading.Barrier(3, timeout=10)  # three refreshes must be under way at once
+
+    def refresh(server: Server) -> actions.RefreshResult:
+        inside.release()
+        together.wait()
+        if server.name == "s1":
+            raise RuntimeError("the database went away")
+        return actions.RefreshResult(server.name, ok=True, tools=2)
+
+    monkeypatch.setattr(actions, "refresh_server", refresh)
+    monkeypatch.setattr(cli.connection, "close", lambda: None)  # the fake touches no database
+
+    results = {server.name: result for server, result in cli._refresh_each(fake_servers(6), jobs=3)}
+
+    assert sorted(results) == ["s0", "s1", "s2", "s3", "s4", "s5"]
+    assert results["s1"].ok is False and results["s1"].error == "RuntimeError: the database went away"
+    assert all(results[name].ok for name in results if name != "s1")
+
+
+def test_with_one_job_the_refreshes_run_in_order_in_the_callers_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def refresh(server: Server) -> actions.RefreshResult:
+        seen.append((server.name, threading.current_thread().name))
+        return actions.RefreshResult(server.name, ok=True)
+
+    monkeypatch.setattr(actions, "refresh_server", refresh)
+
+    names = [server.name for server, _ in cli._refresh_each(fake_servers(3), jobs=1)]
+
+    assert names == ["s0", "s1", "s2"]
+    assert seen == [(name, threading.current_thread().name) for name in names]
+
+
+def test_when_the_caller_stops_early_no_more_refreshes_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[str] = []
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def refresh(server: Server) -> actions.RefreshResult:
+        with lock:
+            started.append(server.name)
+        if server.name != "s0":
+            release.wait(10)  # under way when the caller stops
+        return actions.RefreshResult(server.name, ok=True)
+
+    monkeypatch.setattr(actions, "refresh_server", refresh)
+    monkeypatch.setattr(cli.connection, "close", lambda: None)
+
+    each = cli._refresh_each(fake_servers(200), jobs=2)
+    assert next(each)[0].name == "s0"
+    threading.Timer(0.3, release.set).start()
+    each.close()  # what Ctrl-C does to the loop that reports them: waits for those under way
+
+    assert len(started) <= 3
+
+
+@pytest.mark.parametrize("jobs", ["0", "-2", "many"])
+def test_a_jobs_count_that_is_not_a_positive_number_is_refused(jobs: str) -> None:
+    with pytest.raises(CommandError, match="not a positive number"):
+        call_command("mcp", "refresh", "--jobs", jobs, stdout=io.StringIO(), stderr=io.StringIO())
+
+
 def _manage(data_dir: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     env = clean_env(PATCHBAY_DATA_DIR=str(data_dir), DATABASE_URL=None, REDIS_URL=settings.REDIS_URL)
     return subprocess.run(
@@ -305,7 +375,7 @@ def test_it_keeps_a_failing_servers_last_good_tools_and_exits_1_after_refreshing
     assert _manage(data_dir, "mcp", "import", str(config)).returncode == 0
     first = _manage(data_dir, "mcp", "refresh", "flaky")
     assert first.returncode == 0, first.stderr
-    assert first.stdout == "[1/1] flaky: refreshing... 5 tools (5 added)\n"
+    assert first.stdout == "[1/1] flaky: 5 tools (5 added)\n"
 
     # The flaky server now crashes on start.
     config.write_text(json.dumps(_servers_document("crash-start")))
@@ -313,8 +383,12 @@ def test_it_keeps_a_failing_servers_last_good_tools_and_exits_1_after_refreshing
     second = _manage(data_dir, "mcp", "refresh")
 
     assert second.returncode == 1
-    assert "[1/2] flaky: refreshing... failed" in second.stdout
-    assert "[2/2] steady: refreshing... 5 tools (5 added, 5 quarantined)" in second.stdout
+    # Both at once (the default), each reported as it finishes.
+    assert sorted(re.sub(r"^\[\d/2\] ", "", line) for line in second.stdout.splitlines()) == [
+        "flaky: failed",
+        "steady: 5 tools (5 added, 5 quarantined)",
+    ]
+    assert sorted(re.findall(r"^\[(\d)/2\]", second.stdout, re.M)) == ["1", "2"]
     # One line on stderr names the server and why (log lines may come before it).
     assert re.search(r"^flaky: .*exited during the handshake", second.stderr, re.M), second.stderr
     assert SECRET not in first.stdout + first.stderr + second.stdout + second.stderr
