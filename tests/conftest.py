@@ -46,12 +46,15 @@ def _fresh_channel_layer() -> Iterator[None]:
     from channels.layers import channel_layers
 
     from hostapp.calls.ledger import writer
+    from hostapp.catalog import pool as catalog_pool
     from hostapp.core import events
     from hostapp.oauth import store
 
+    # The pool events' handler and the credential reader keep a database session (until
+    # idle): none may outlive a test's database. The handler's last states send events.
+    catalog_pool.events.stop(timeout=5.0)
+    store.reader.stop(timeout=5.0)
     writer.flush(timeout=5.0)
     events.flush(timeout=2.0)
-    # The credential reader keeps a database session: none may outlive a test's database.
-    store.reader.stop(timeout=5.0)
 
     channel_layers.backends.clear()

@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +20,10 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+# Imported first so that its exit handler, registered on import, runs after this module's
+# (which stores the last states, whose live events it then sends).
+from hostapp.core import events as _live_events  # noqa: F401
+from hostapp.core.batching import Batcher
 from hostapp.mcp import Pool, PoolEvent, ServerConfig, ServerStatus
 
 from .models import Server
@@ -48,7 +51,7 @@ def get_pool() -> Pool:
             _prefer_our_python()
             from hostapp.oauth.store import auth_for
 
-            _pool = Pool(listener=_on_event, auth_factory=auth_for, listener_idle=_events_idle)
+            _pool = Pool(listener=_on_event, auth_factory=auth_for)
             atexit.register(close_pool)
         return _pool
 
@@ -103,59 +106,47 @@ def sync(servers: Iterable[Server]) -> Pool:
     return pool
 
 
-# The states the pool reported and this process has yet to store, the latest per server.
-# Stored when a burst of events is over (many servers connecting at once are one
-# transaction, and a "connecting" that "ready" followed is not written), or sooner when
-# events keep coming. Under a lock: a pool being closed may still be delivering its last
-# events while a new one delivers its first.
-_states: dict[str, ServerStatus] = {}
-_states_lock = threading.Lock()
-_states_since = 0.0
-STATES_HELD_MAX = 0.5  # seconds
-STATES_HELD_COUNT = 200
+# What the pool reports is handled on a thread of its own, in batches: what arrives within
+# STATES_WINDOW after an event is handled with it. The states are stored in one transaction,
+# the latest per server (many servers connecting at once are one transaction, and a
+# "connecting" that "ready" followed is not written). The thread keeps its database session
+# between batches and closes it when idle for IDLE_CLOSE seconds, or after an error.
+STATES_WINDOW = 0.05
+IDLE_CLOSE = 2.0
 
 
-def _on_event(event: PoolEvent) -> None:
-    """Runs on the pool's event thread: note the state, react to announced changes."""
-    global _states_since
-    from . import tasks
+def _handle_events(events: list[PoolEvent]) -> None:
+    from . import actions, tasks
 
-    if event.kind == "state":
-        with _states_lock:
-            if not _states:
-                _states_since = time.monotonic()
-            _states.pop(event.server, None)  # in the order they last changed
-            _states[event.server] = event.status
-            due = len(_states) >= STATES_HELD_COUNT or time.monotonic() - _states_since > STATES_HELD_MAX
-        if due:
-            _store_states()
-    elif event.kind == "tools_changed":
-        try:
-            tasks.queue_refresh(event.server, reason="the server announced a change")
-        except Exception:
-            connection.close()  # the next event starts from a fresh session
-            raise
-
-
-def _store_states() -> None:
-    from . import actions
-
-    with _states_lock:
-        statuses = list(_states.values())
-        _states.clear()
-    if not statuses:
-        return
+    latest: dict[str, ServerStatus] = {}
     try:
-        actions.record_statuses(statuses)
+        for event in events:
+            if event.kind == "state":
+                latest.pop(event.server, None)  # in the order they last changed
+                latest[event.server] = event.status
+            elif event.kind == "tools_changed":
+                tasks.queue_refresh(event.server, reason="the server announced a change")
+        if latest:
+            actions.record_statuses(list(latest.values()))
     except Exception:
-        connection.close()  # the next event starts from a fresh session
+        connection.close()  # the next batch starts from a fresh session
         raise
 
 
-def _events_idle() -> None:
-    """No more pool events wait: store the states held, and do not keep a database session
-    open between bursts (the event thread's)."""
-    try:
-        _store_states()
-    finally:
-        connection.close()
+events: Batcher[PoolEvent] = Batcher(
+    "catalog-pool-events",
+    _handle_events,
+    window=lambda: STATES_WINDOW,
+    limit=1000,
+    idle=IDLE_CLOSE,
+    on_idle=lambda: connection.close(),
+    on_exit=lambda: connection.close(),
+)
+# At exit, after the pool's own handler (registered later, so run first) has closed it and
+# handed over its last events.
+atexit.register(events.stop, 5.0)
+
+
+def _on_event(event: PoolEvent) -> None:
+    """Runs on the pool's event thread: handed over, never waited for."""
+    events.submit(event)
