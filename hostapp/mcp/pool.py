@@ -149,15 +149,9 @@ class Pool:
         listener: Callable[[PoolEvent], None] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         auth_factory: Callable[[ServerConfig], Any] | None = None,
-        listener_idle: Callable[[], None] | None = None,
     ) -> None:
         self.policy = policy or PoolPolicy()
         self.listener = listener
-        # Called on the listener's thread when no more events wait: a listener that holds
-        # something between events (a database session) lets go of it here, not per event.
-        self.listener_idle = listener_idle
-        self._pending_events = 0
-        self._pending_lock = threading.Lock()
         # HTTP servers: an httpx2.Auth per connection (the host's OAuth), or None.
         self.auth_factory = auth_factory
         self._slots: dict[str, _Slot] = {}
@@ -345,13 +339,10 @@ class Pool:
         if self.listener is None or self._closed:
             return
         event = PoolEvent(kind, slot.config.name, self._snapshot(slot))
-        with self._pending_lock:
-            self._pending_events += 1
         try:
             self._events.submit(self._deliver, event)
         except RuntimeError:  # executor shut down during close
-            with self._pending_lock:
-                self._pending_events -= 1
+            pass
 
     def _deliver(self, event: PoolEvent) -> None:
         assert self.listener is not None
@@ -359,15 +350,6 @@ class Pool:
             self.listener(event)
         except Exception:  # boundary: a listener's bug must not stop the pool
             logger.exception("pool listener failed on %s for %s", event.kind, event.server)
-        finally:
-            with self._pending_lock:
-                self._pending_events -= 1
-                idle = self._pending_events == 0
-            if idle and self.listener_idle is not None:
-                try:
-                    self.listener_idle()
-                except Exception:  # boundary, as above
-                    logger.exception("pool listener failed when idle")
 
     def _set_state(self, slot: _Slot, state: str) -> None:
         if slot.state != state:

@@ -69,39 +69,3 @@ def test_state_changes_are_reported_in_order(watched_pool: Pool, recorder: Recor
     watched_pool.connect("legacy")
     wait_until(lambda: "ready" in recorder.states("legacy"), timeout=5, what="ready")
     assert recorder.states("legacy")[:3] == ["idle", "connecting", "ready"]
-
-
-def test_the_listener_hears_when_a_burst_of_events_is_over(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """`listener_idle` runs after the last event of a burst, on the listener's thread, not
-    after each event (the host closes its event thread's database session there)."""
-    import time
-
-    from .conftest import bundled
-
-    DRAINED = "<no more events>"
-    log: list[str] = []
-    threads: set[str] = set()
-
-    def slow_listener(event: PoolEvent) -> None:
-        threads.add(threading.current_thread().name)
-        time.sleep(0.05)  # events arrive faster than they are handled
-        log.append(f"{event.server}:{event.status.state}" if event.kind == "state" else event.kind)
-
-    def idle() -> None:
-        threads.add(threading.current_thread().name)
-        log.append(DRAINED)
-
-    pool = Pool(TEST_POLICY, listener=slow_listener, listener_idle=idle)
-    try:
-        pool.configure([bundled(name, tmp_path / name) for name in ("mailbox", "tasks", "calendar")])
-        for name in ("mailbox", "tasks", "calendar"):
-            pool.list_tools(name)
-        wait_until(lambda: log and log[-1] == DRAINED, timeout=10, what="the idle call after the events")
-    finally:
-        pool.close()
-    events = [entry for entry in log if entry != DRAINED]
-    # Configuring three servers is one burst of three events: no idle call inside it.
-    assert log[:3] == ["mailbox:idle", "tasks:idle", "calendar:idle"], log
-    assert len(events) >= 9, log  # then connecting and ready, for each of the three
-    assert log.count(DRAINED) < len(events), log
-    assert len(threads) == 1, threads
