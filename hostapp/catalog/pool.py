@@ -20,8 +20,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
-# Imported first so that its exit handler, registered on import, runs after this module's
-# (which stores the last states, whose live events it then sends).
+# Imported first so that its exit handler, registered on import, runs after `close_pool`
+# (registered with the first pool), which stores the last states: their live events leave.
 from hostapp.core import events as _live_events  # noqa: F401
 from hostapp.core.batching import Batcher
 from hostapp.mcp import Pool, PoolEvent, ServerConfig, ServerStatus
@@ -72,6 +72,8 @@ def close_pool() -> None:
         _versions.clear()
     if pool is not None:
         pool.close()
+    # Its last events stored, the handler ends (and with it its database session).
+    events.stop(5.0)
 
 
 def pool_for(server: Server) -> Pool:
@@ -106,12 +108,13 @@ def sync(servers: Iterable[Server]) -> Pool:
     return pool
 
 
-# What the pool reports is handled on a thread of its own, in batches: what arrives within
-# STATES_WINDOW after an event is handled with it. The states are stored in one transaction,
-# the latest per server (many servers connecting at once are one transaction, and a
-# "connecting" that "ready" followed is not written). The thread keeps its database session
-# between batches and closes it when idle for IDLE_CLOSE seconds, or after an error.
-STATES_WINDOW = 0.05
+# What the pool reports is handled on a thread of its own, in batches: what waits when the
+# thread gets to it (it waits for nothing more: the pages and the outbox read these states).
+# The states of a batch are stored in one transaction, the latest per server: many servers
+# connecting at once are a few transactions, and a "connecting" that "ready" followed while
+# it waited is not written. The thread keeps its database session between batches and
+# closes it when idle for IDLE_CLOSE seconds, or after an error.
+STATES_WINDOW = 0.0
 IDLE_CLOSE = 2.0
 
 
@@ -142,9 +145,6 @@ events: Batcher[PoolEvent] = Batcher(
     on_idle=lambda: connection.close(),
     on_exit=lambda: connection.close(),
 )
-# At exit, after the pool's own handler (registered later, so run first) has closed it and
-# handed over its last events.
-atexit.register(events.stop, 5.0)
 
 
 def _on_event(event: PoolEvent) -> None:

@@ -31,7 +31,7 @@ class Batcher(Generic[T]):
     """Items queued from any thread, handed to `handle` in batches by one thread.
 
     - `window()`: how long (seconds) to gather after a batch's first item; read per batch,
-      so a setting can change it.
+      so a setting can change it. What is queued when it closes joins the batch too.
     - `limit`: the most items in one batch.
     - `idle` and `on_idle`: after `idle` seconds without an item, `on_idle` runs once (in
       the thread) before it waits on.
@@ -152,15 +152,15 @@ class Batcher(Generic[T]):
             return items.get()
 
     def _collect(self, items: queue.SimpleQueue[object], first: T) -> tuple[list[T], bool]:
-        """`first` and what arrives within the window after it; whether a stop came too."""
+        """`first`, what arrives within the window after it and what is queued already when
+        the window closes (a window of 0 takes what waits, and waits for nothing); whether
+        a stop came too."""
         batch = [first]
         deadline = time.monotonic() + self._window()
         while len(batch) < self._limit:
             left = deadline - time.monotonic()
-            if left <= 0:
-                break
             try:
-                item = items.get(timeout=left)
+                item = items.get(timeout=left) if left > 0 else items.get_nowait()
             except queue.Empty:
                 break
             if item is _STOP:

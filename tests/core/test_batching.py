@@ -59,6 +59,28 @@ def test_past_the_window_the_next_item_starts_a_new_batch() -> None:
     batcher.stop()
 
 
+def test_what_waits_when_the_window_closes_joins_the_batch_even_with_no_window() -> None:
+    """A window of 0 waits for nothing, but takes what queued while the last batch was handled."""
+    handling = threading.Event()
+    release = threading.Event()
+    batches: list[list[int]] = []
+
+    def handle(batch: list[int]) -> None:
+        handling.set()
+        release.wait(5)
+        batches.append(list(batch))
+
+    batcher = Batcher("test-batcher", handle, window=lambda: 0.0, limit=100)
+    batcher.submit(1)
+    assert handling.wait(5)  # the first batch is being handled
+    for i in range(2, 6):
+        batcher.submit(i)
+    release.set()
+    assert batcher.flush(5)
+    assert batches == [[1], [2, 3, 4, 5]]
+    batcher.stop()
+
+
 def test_the_window_is_read_for_every_batch() -> None:
     seen = Recorder()
     window = {"seconds": 0.0}

@@ -299,7 +299,7 @@ MIRROR_TOOLS = {"mirror__archive", "mirror__delete", "mirror__read", "mirror__se
 
 def test_quarantined_tools_are_not_listed(catalog_change: CatalogChange) -> None:
     # The untrusted server's tools are in the catalog, quarantined as new ...
-    assert re.search(r"stranger: refreshing\.\.\. 4 tools \(4 added, 4 quarantined\)", catalog_change.import_output), (
+    assert re.search(r"stranger: 4 tools \(4 added, 4 quarantined\)", catalog_change.import_output), (
         catalog_change.import_output
     )
     # ... and no agent sees them.

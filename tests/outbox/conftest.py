@@ -49,12 +49,15 @@ def _close_the_pool() -> Iterator[None]:
 
 def stdio_server(name: str, args: list[str], *, trusted: bool) -> Server:
     """A `Server` row for a real stdio server, with its tools listed by `refresh_server`."""
+    from hostapp.catalog import pool as catalog_pool
     from hostapp.catalog.actions import refresh_server
     from hostapp.catalog.models import Server
 
     server = Server.objects.create(name=name, command=PYTHON, args=args, trusted=trusted)
     result = refresh_server(server)
     assert result.ok, result.error
+    # What the connection learned (the capabilities the outbox reads) is stored behind it.
+    assert catalog_pool.events.flush(timeout=10)
     return server
 
 
