@@ -363,8 +363,8 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
 
     Without a model instance per row, and with the preparation that is the same for every
     row done once: strings go to text columns as they are (what preparing them does), the
-    fields a row does not give are prepared once, and one JSON value given for two columns
-    (a trusted tool's definition and its pin) is encoded once."""
+    fields a row does not give and the values that recur are prepared once, and one JSON
+    value given for two columns (a trusted tool's definition and its pin) is encoded once."""
     meta = Tool._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key]
     quote = connection.ops.quote_name
@@ -379,6 +379,9 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
         for f in fields
     }
     kinds = {f.attname: f.get_internal_type() for f in fields}
+    # Values that recur from row to row (the server's key, a status, an empty list of icons),
+    # prepared once: (field, type, value) -> prepared.
+    recurring: dict[tuple[str, type, Any], Any] = {}
     prepared_rows = []
     for row in rows:
         prepared = []
@@ -392,12 +395,15 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
             kind = kinds[name]
             if kind in ("CharField", "TextField") and type(value) is str:
                 prepared.append(value)
-            elif kind == "JSONField" and isinstance(value, dict | list):
+            elif isinstance(value, dict | list) and value:
                 if id(value) not in encoded:
                     encoded[id(value)] = f.get_db_prep_save(value, connection=connection)
                 prepared.append(encoded[id(value)])
-            else:
-                prepared.append(f.get_db_prep_save(value, connection=connection))
+            else:  # a scalar, or an empty list or object
+                key = (name, type(value), value if not isinstance(value, dict | list) else None)
+                if key not in recurring:
+                    recurring[key] = f.get_db_prep_save(value, connection=connection)
+                prepared.append(recurring[key])
         prepared_rows.append(prepared)
     with connection.cursor() as cursor:
         cursor.executemany(sql, prepared_rows)
