@@ -118,12 +118,12 @@ STATES_WINDOW = 0.0
 IDLE_CLOSE = 2.0
 
 
-def _handle_events(events: list[PoolEvent]) -> None:
+def _handle_events(batch: list[PoolEvent]) -> None:
     from . import actions, tasks
 
     latest: dict[str, ServerStatus] = {}
     try:
-        for event in events:
+        for event in batch:
             if event.kind == "state":
                 latest.pop(event.server, None)  # in the order they last changed
                 latest[event.server] = event.status
