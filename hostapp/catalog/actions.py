@@ -269,15 +269,10 @@ def delete_server(server: Server) -> None:
         send_event_on_commit("catalog.changed", {"server": name})
 
 
-def record_status(status: ServerStatus) -> None:
-    """Store what a pool saw of a server (state, revision, errors) for the pages."""
-    record_statuses([status])
-
-
 def record_statuses(statuses: list[ServerStatus]) -> None:
-    """Store what a pool saw of servers, in one transaction (many servers connecting at
-    once report together). What a server sent (its info, its stderr) is stored as the JSON
-    columns can keep it."""
+    """Store what a pool saw of servers (state, revision, errors) for the pages, in one
+    transaction (many servers connecting at once report together). What a server sent (its
+    info, its stderr) is stored as the JSON columns can keep it."""
     now = timezone.now()
     with transaction.atomic():
         for status in statuses:

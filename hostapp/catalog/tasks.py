@@ -70,5 +70,5 @@ def probe_all() -> None:
     servers = list(Server.objects.all())
     pool = sync(servers)
     for server in servers:
-        if server.enabled:
-            actions.record_status(pool.probe(server.name))
+        if server.enabled:  # stored as each probe ends: a slow one does not hold up the others
+            actions.record_statuses([pool.probe(server.name)])

@@ -366,18 +366,20 @@ def test_it_stores_a_definition_holding_what_json_columns_refuse() -> None:
 
 def test_it_stores_a_server_status_holding_what_json_columns_refuse() -> None:
     make_server("files")
-    actions.record_status(
-        ServerStatus(
-            name="files",
-            state="ready",
-            transport="stdio",
-            enabled=True,
-            protocol_version="2025-11-25",
-            server_info={"name": "fi\x00les", "version": float("nan")},
-            capabilities={"tools": {"listChanged": True}, "x\x00": {}},
-            stderr_tail=("boot\x00ing",),
-            last_error={"message": "bad\x00 thing"},
-        )
+    actions.record_statuses(
+        [
+            ServerStatus(
+                name="files",
+                state="ready",
+                transport="stdio",
+                enabled=True,
+                protocol_version="2025-11-25",
+                server_info={"name": "fi\x00les", "version": float("nan")},
+                capabilities={"tools": {"listChanged": True}, "x\x00": {}},
+                stderr_tail=("boot\x00ing",),
+                last_error={"message": "bad\x00 thing"},
+            )
+        ]
     )
 
     server = Server.objects.get(name="files")
