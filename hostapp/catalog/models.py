@@ -146,11 +146,15 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _pinned_text(definition: dict[str, Any]) -> str:
+    """What a tool's pin hashes: its `PINNED_KEYS`, canonical JSON. A NaN raises ValueError."""
+    return _canonical({key: definition.get(key) for key in PINNED_KEYS})
+
+
 def definition_hash(definition: dict[str, Any]) -> str:
     """The pin of a tool: a hash of its `PINNED_KEYS`. The definition holds JSON values only
-    (`storable`); a NaN raises ValueError."""
-    canonical = _canonical({key: definition.get(key) for key in PINNED_KEYS})
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    (`storable`)."""
+    return hashlib.sha256(_pinned_text(definition).encode()).hexdigest()
 
 
 def storable(value: Any) -> Any:
@@ -176,10 +180,10 @@ def stored_definition(definition: dict[str, Any]) -> tuple[dict[str, Any], str]:
     needs anyway (and one of the few keys outside the pin, if there are any); only one that
     holds something to change is copied."""
     try:
-        canonical = _canonical({key: definition.get(key) for key in PINNED_KEYS})
+        pinned = _pinned_text(definition)
         rest = [item for key, item in definition.items() if key not in PINNED_KEYS]
-        if "\\u0000" not in canonical and not (rest and "\\u0000" in _canonical(rest)):
-            return definition, hashlib.sha256(canonical.encode()).hexdigest()
+        if "\\u0000" not in pinned and not (rest and "\\u0000" in _canonical(rest)):
+            return definition, hashlib.sha256(pinned.encode()).hexdigest()
     except ValueError:  # a NaN or an infinity
         pass
     clean = storable(definition)
