@@ -41,7 +41,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 # Imported first so that its exit handler, registered on import, runs after the writer's
 # (exit handlers run last registered first): the rows' live events are queued by then.
 from hostapp.core import events  # noqa: F401
-from hostapp.core.batching import Batcher
+from hostapp.core.batching import Batcher, with_session
 
 from .models import Call, CallEvent
 
@@ -137,16 +137,13 @@ class LedgerWriter:
     def __init__(self) -> None:
         # The process whose writer is failing (a forked child starts afresh).
         self._failing_in = 0
-        self._batcher: Batcher[Finished] = Batcher(
+        # The thread's own session, closed when idle: no database session held for nothing.
+        self._batcher: Batcher[Finished] = with_session(
             "ledger-writer",
             self._write_batch,
             window=lambda: settings.PATCHBAY_LEDGER_BATCH_MS / 1000,
             limit=BATCH_MAX,
             idle=IDLE_CLOSE,
-            # The thread's own session (`connection` is per thread, so looked up there),
-            # closed when idle: no database session held for nothing.
-            on_idle=lambda: connection.close(),
-            on_exit=lambda: connection.close(),
         )
 
     def accepting(self) -> bool:

@@ -18,12 +18,11 @@ from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
 
 # Imported first so that its exit handler, registered on import, runs after `close_pool`
 # (registered with the first pool), which stores the last states: their live events leave.
 from hostapp.core import events as _live_events  # noqa: F401
-from hostapp.core.batching import Batcher
+from hostapp.core.batching import Batcher, with_session
 from hostapp.mcp import Pool, PoolEvent, ServerConfig, ServerStatus
 
 from .models import Server
@@ -112,9 +111,8 @@ def sync(servers: Iterable[Server]) -> Pool:
 # thread gets to it (it waits for nothing more: the pages and the outbox read these states).
 # The states of a batch are stored in one transaction, the latest per server: many servers
 # connecting at once are a few transactions, and a "connecting" that "ready" followed while
-# it waited is not written. The thread keeps its database session between batches and
-# closes it when idle for IDLE_CLOSE seconds, or after an error.
-STATES_WINDOW = 0.0
+# it waited is not written. The thread keeps its database session until idle for IDLE_CLOSE
+# seconds.
 IDLE_CLOSE = 2.0
 
 
@@ -122,28 +120,18 @@ def _handle_events(batch: list[PoolEvent]) -> None:
     from . import actions, tasks
 
     latest: dict[str, ServerStatus] = {}
-    try:
-        for event in batch:
-            if event.kind == "state":
-                latest.pop(event.server, None)  # in the order they last changed
-                latest[event.server] = event.status
-            elif event.kind == "tools_changed":
-                tasks.queue_refresh(event.server, reason="the server announced a change")
-        if latest:
-            actions.record_statuses(list(latest.values()))
-    except Exception:
-        connection.close()  # the next batch starts from a fresh session
-        raise
+    for event in batch:
+        if event.kind == "state":
+            latest.pop(event.server, None)  # in the order they last changed
+            latest[event.server] = event.status
+        elif event.kind == "tools_changed":
+            tasks.queue_refresh(event.server, reason="the server announced a change")
+    if latest:
+        actions.record_statuses(list(latest.values()))
 
 
-events: Batcher[PoolEvent] = Batcher(
-    "catalog-pool-events",
-    _handle_events,
-    window=lambda: STATES_WINDOW,
-    limit=1000,
-    idle=IDLE_CLOSE,
-    on_idle=lambda: connection.close(),
-    on_exit=lambda: connection.close(),
+events: Batcher[PoolEvent] = with_session(
+    "catalog-pool-events", _handle_events, window=lambda: 0.0, limit=1000, idle=IDLE_CLOSE
 )
 
 

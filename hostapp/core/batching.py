@@ -167,3 +167,29 @@ class Batcher(Generic[T]):
                 return batch, True
             batch.append(item)  # type: ignore[arg-type]
         return batch, False
+
+
+def with_session(
+    name: str,
+    handle: Callable[[list[T]], None],
+    *,
+    window: Callable[[], float],
+    limit: int,
+    idle: float,
+) -> Batcher[T]:
+    """A batcher whose thread keeps its database session between batches (opening one costs
+    more than most batches) and closes it when idle for `idle` seconds, when it ends, and
+    after a batch that raised (the next one starts from a fresh session)."""
+    from django.db import connection
+
+    def close() -> None:
+        connection.close()  # the calling thread's: `connection` is looked up per thread
+
+    def run(batch: list[T]) -> None:
+        try:
+            handle(batch)
+        except Exception:
+            close()
+            raise
+
+    return Batcher(name, run, window=window, limit=limit, idle=idle, on_idle=close, on_exit=close)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from hostapp.catalog.models import Server
-from hostapp.core.batching import Batcher
+from hostapp.core.batching import Batcher, with_session
 from hostapp.mcp.config import ServerConfig
 from hostapp.mcp.oauth import Challenge, HostOAuth
 
@@ -102,14 +102,8 @@ def _run_reads(reads: list[_Read]) -> None:
             break
 
 
-reader: Batcher[_Read] = Batcher(
-    "credential-reads",
-    _run_reads,
-    window=lambda: 0.0,
-    limit=64,
-    idle=READ_IDLE_CLOSE,
-    on_idle=lambda: connection.close(),
-    on_exit=lambda: connection.close(),
+reader: Batcher[_Read] = with_session(
+    "credential-reads", _run_reads, window=lambda: 0.0, limit=64, idle=READ_IDLE_CLOSE
 )
 
 
