@@ -6,8 +6,10 @@ Live events leave only after commit.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -354,18 +356,15 @@ def _update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any
 def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
     """Insert new tools, each given as `{attname: value}`, as `bulk_create` would write them
     (each missing field's default, `now` for `auto_now_add`, each value as its field
-    prepares it for the database), with one statement executed for every row.
+    prepares it for the database), in one statement for every row (`_write_rows`).
 
     Without a model instance per row, and with the preparation that is the same for every
     row done once: strings go to text columns as they are (what preparing them does), the
     fields a row does not give and the values that recur are prepared once, and one JSON
-    value given for two columns (a trusted tool's definition and its pin) is encoded once."""
+    value given for two columns (a trusted tool's definition and its pin) is encoded once,
+    to the text Django's JSON field would send."""
     meta = Tool._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key]
-    quote = connection.ops.quote_name
-    sql = "INSERT INTO {} ({}) VALUES ({})".format(
-        quote(meta.db_table), ", ".join(quote(f.column) for f in fields), ", ".join(["%s"] * len(fields))
-    )
     missing = {
         f.attname: f.get_db_prep_save(
             now if getattr(f, "auto_now_add", False) or getattr(f, "auto_now", False) else f.get_default(),
@@ -380,7 +379,7 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
     prepared_rows = []
     for row in rows:
         prepared = []
-        encoded: dict[int, Any] = {}  # id(JSON object) -> its prepared value, within the row
+        encoded: dict[int, str] = {}  # id(JSON object) -> its text, within the row
         for f in fields:
             name = f.attname
             if name not in row:
@@ -390,9 +389,9 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
             kind = kinds[name]
             if kind in ("CharField", "TextField") and type(value) is str:
                 prepared.append(value)
-            elif isinstance(value, dict | list) and value:
+            elif kind == "JSONField" and isinstance(value, dict | list) and value:
                 if id(value) not in encoded:
-                    encoded[id(value)] = f.get_db_prep_save(value, connection=connection)
+                    encoded[id(value)] = json.dumps(value, cls=f.encoder)  # type: ignore[attr-defined]
                 prepared.append(encoded[id(value)])
             else:  # a scalar, or an empty list or object
                 key = (name, type(value), value if not isinstance(value, dict | list) else None)
@@ -400,8 +399,33 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
                     recurring[key] = f.get_db_prep_save(value, connection=connection)
                 prepared.append(recurring[key])
         prepared_rows.append(prepared)
+    _write_rows(meta.db_table, [f.column for f in fields], prepared_rows)
+
+
+def _write_rows(table: str, columns: list[str], rows: list[list[Any]]) -> None:
+    """Insert `rows` (values prepared for the database; JSON as its text) into `table`.
+
+    On PostgreSQL with one COPY: the rows stream in psycopg's copy format, with no statement
+    per row to bind, quote (Django's psycopg cursors bind on the client) and plan. Elsewhere
+    with one INSERT executed for every row. The COPY is logged as the statements Django runs
+    are (`connection.queries`, `CaptureQueriesContext`), with its row count."""
+    quote = connection.ops.quote_name
+    names = ", ".join(quote(c) for c in columns)
     with connection.cursor() as cursor:
-        cursor.executemany(sql, prepared_rows)
+        if connection.vendor != "postgresql":
+            cursor.executemany(
+                f"INSERT INTO {quote(table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))})", rows
+            )
+            return
+        sql = f"COPY {quote(table)} ({names}) FROM STDIN"
+        started = time.monotonic()
+        with connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+        if connection.queries_logged:
+            connection.queries_log.append(
+                {"sql": f"{sql} -- {len(rows)} rows", "time": f"{time.monotonic() - started:.3f}"}
+            )
 
 
 def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshResult:
