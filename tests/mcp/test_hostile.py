@@ -220,6 +220,15 @@ def test_a_listing_whose_cursor_loops_is_refused(pool: Pool) -> None:
     assert not caught.value.transient
 
 
+def test_a_listing_of_the_wrong_shape_is_refused_and_names_the_field(pool: Pool) -> None:
+    pool.configure([hostile("bad", "bad-listing")])
+    with pytest.raises(McpFailure) as caught:
+        pool.list_tools("bad")
+    assert caught.value.reason == "invalid_result"
+    assert "tools.1.inputSchema" in caught.value.message
+    assert not caught.value.transient
+
+
 def test_descriptions_with_invisible_and_bidi_controls_are_cleaned(pool: Pool) -> None:
     pool.configure([hostile("bidi", "bidi")])
     tools = {t["name"]: t for t in pool.list_tools("bidi")}
