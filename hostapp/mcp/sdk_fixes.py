@@ -10,6 +10,14 @@ keeps its own code until someone checks it again (a test fails to say so).
   the dump costs more than the validation. The fix validates only. The surface models have
   no serializers of their own, so a result that validates also dumps: nothing the dump could
   raise is lost.
+* `mcp_types.jsonrpc_message_adapter.validate_json`, which every client transport parses
+  each incoming message with, into a union of the four JSON-RPC envelopes. Pydantic tries
+  each in turn, so a result (a listing: a hundred kilobytes and more) is read as a request
+  and as a notification before it is read as a response: twice the work of reading it as
+  a response. The fix reads a message first as a response of exactly the response's keys
+  (`jsonrpc`, `id`, `result`, no other), the one envelope of the four such a message can
+  be; a message with any other key (a request, a notification, an error, anything odd) is
+  left to the SDK's union.
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ from importlib.metadata import version
 from types import UnionType
 from typing import Any
 
+import mcp.client.streamable_http as _streamable_http
+import mcp_types as _types
 import mcp_types.methods as _methods
-from pydantic import BaseModel
+from mcp_types.jsonrpc import JSONRPCResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 # The SDK releases (mcp-types) whose functions the fixes were checked against.
 CHECKED = frozenset({"2.3.0"})
@@ -42,11 +53,49 @@ def validate_server_result(
     _methods._adapter(surface[(method, version)]).validate_python(data, by_name=False)
 
 
+class _ExactResponse(JSONRPCResponse):
+    """A response with no key besides its own: the union could read it as nothing else."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class MessageAdapter:
+    """The SDK's message adapter, reading a response of exactly a response's keys directly
+    (the SDK's own for everything else, and for every other method)."""
+
+    def __init__(self, sdk: Any) -> None:
+        self._sdk = sdk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sdk, name)
+
+    def validate_json(self, data: Any, /, **options: Any) -> Any:
+        if set(options) <= {"by_name"}:
+            try:
+                exact = _ExactResponse.model_validate_json(data, **options)
+            except ValidationError:
+                pass
+            else:
+                return JSONRPCResponse.model_construct(jsonrpc=exact.jsonrpc, id=exact.id, result=exact.result)
+        return self._sdk.validate_json(data, **options)
+
+
+_sdk_message_adapter = _types.jsonrpc_message_adapter
+message_adapter = MessageAdapter(_sdk_message_adapter)
+
+# Where the client transports find the adapter: Streamable HTTP imported the name, stdio and
+# SSE look it up on `mcp_types` at each message (as the SDK's server stdio and SSE transports
+# do, in a process that serves with them: they get the same messages as before).
+_ADAPTER_HOMES = (_types, _streamable_http)
+
+
 def apply() -> bool:
     """Install the fixes if the installed SDK is one they were checked against; say whether."""
     if version("mcp-types") not in CHECKED:
         return False
     _methods.validate_server_result = validate_server_result
+    for module in _ADAPTER_HOMES:
+        module.jsonrpc_message_adapter = message_adapter  # type: ignore[attr-defined]
     return True
 
 

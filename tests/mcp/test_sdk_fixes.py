@@ -3,6 +3,7 @@ against, and each returns and raises exactly as the SDK function it replaces."""
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import version
 from typing import Any
 
@@ -106,3 +107,81 @@ def test_another_release_keeps_the_sdks_own_function(monkeypatch: pytest.MonkeyP
 
     assert sdk_fixes.apply() is False
     assert methods.validate_server_result is sdk_fixes._sdk_validate_server_result
+
+
+# --- reading a message --------------------------------------------------------------------
+
+ids = st.integers() | st.text(max_size=4) | st.none() | st.floats(allow_nan=False) | st.booleans()
+envelopes = st.fixed_dictionaries(
+    {},
+    optional={
+        "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
+        "id": ids,
+        "result": st.dictionaries(st.text(max_size=6), json_values, max_size=3) | json_values,
+        "method": st.sampled_from(["tools/list", "notifications/progress"]) | st.integers(),
+        "params": st.dictionaries(st.text(max_size=6), json_values, max_size=2) | st.none() | st.integers(),
+        "error": st.fixed_dictionaries({"code": st.integers(), "message": st.text(max_size=6)}) | json_values,
+        "extra": json_values,
+    },
+)
+# Mostly well-formed results (what the fast path reads), then any envelope, then any JSON.
+messages = (
+    st.builds(
+        lambda i, result: {"jsonrpc": "2.0", "id": i, "result": result},
+        st.integers() | st.text(max_size=4),
+        st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+    )
+    | envelopes
+    | json_values
+)
+
+
+def read(adapter: Any, data: bytes) -> Any:
+    """What reading a message gave: the envelope's type, its fields and which were set; or
+    the errors raised."""
+    try:
+        message = adapter.validate_json(data, by_name=False)
+    except ValidationError as exc:
+        return ("ValidationError", exc.errors(include_url=False))
+    # As JSON text, so that a NaN in both equals itself.
+    return (type(message), json.dumps(message.model_dump()), message.model_fields_set, message.model_extra)
+
+
+@settings(max_examples=500, deadline=None)
+@given(message=messages, spaced=st.booleans())
+def test_a_message_reads_as_the_sdk_reads_it(message: Any, spaced: bool) -> None:
+    data = json.dumps(message, separators=(", ", ": ") if spaced else (",", ":")).encode()
+
+    assert read(sdk_fixes.message_adapter, data) == read(sdk_fixes._sdk_message_adapter, data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"{not json",
+        b'{"jsonrpc": "2.0", "id": 1, "result": {}',
+        b'{"jsonrpc": "2.0", "id": 1, "result": {}} trailing',
+        b'{"jsonrpc": "2.0", "id": 1, "result": {}, "result": {"a": 1}}',
+        b'{"jsonrpc": "2.0", "id": 1, "result": {"n": NaN}}',
+        b'{"jsonrpc": "2.0", "id": 1.0, "result": {}}',
+        b'{"jsonrpc": "2.0", "id": 1, "result": {"s": "\\ud800"}}',
+        '{"jsonrpc": "2.0", "id": "é", "result": {"t": "ß"}}'.encode("utf-16"),
+        b'{"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1, "message": "both"}}',
+        b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "result": {}}',
+    ],
+    ids=[
+        "empty", "not-json", "cut-short", "trailing", "duplicate-key", "nan", "float-id", "lone-surrogate",
+        "utf-16", "result-and-error", "result-and-method",
+    ],
+)  # fmt: skip
+def test_an_odd_message_reads_as_the_sdk_reads_it(data: bytes) -> None:
+    assert read(sdk_fixes.message_adapter, data) == read(sdk_fixes._sdk_message_adapter, data)
+
+
+def test_the_transports_read_through_the_fixed_adapter() -> None:
+    import mcp.client.streamable_http
+    import mcp_types
+
+    assert mcp_types.jsonrpc_message_adapter is sdk_fixes.message_adapter
+    assert mcp.client.streamable_http.jsonrpc_message_adapter is sdk_fixes.message_adapter
