@@ -42,8 +42,8 @@ What it does:
    i.e. what pagination would cost.
 7. Queries per refresh of one server, for each kind of refresh (and ``mixed``: some tools
    changed, some added, some removed, in one refresh), as ``CaptureQueriesContext`` counts
-   them: a statement run for many rows with ``executemany`` counts once; how many rows it
-   ran for is reported next to it.
+   them: a statement run for many rows (``executemany``, or a ``COPY`` on PostgreSQL)
+   counts once; how many rows it ran for is reported next to it.
 8. ``--floor``: the SDK alone, as a floor for the refreshes: a bare ``mcp.Client`` per
    server (over the SDK's ``streamable_http_client``, one TLS context for all) connecting
    and listing every tool (``SDK alone: connect and list``, what a first or cold refresh
@@ -505,7 +505,8 @@ def _bench_user() -> Any:
 
 def queries_per_refresh(name: str, port: int, n_tools: int) -> dict[str, dict[str, int]]:
     """Per kind of refresh of one server: the queries counted, and of those the statements
-    run for many rows (`executemany`, logged as "N times: ...") with their rows."""
+    run for many rows (`executemany`, logged as "N times: ...", or a COPY, logged as
+    "COPY ... -- N rows") with their rows."""
     import re
 
     from django.db import connection
@@ -538,7 +539,11 @@ def queries_per_refresh(name: str, port: int, n_tools: int) -> dict[str, dict[st
         assert result.ok and result.tools == n_tools
         if label in ("changed", "mixed"):
             assert (len(result.changed), len(result.added), len(result.removed)) == expect, (label, result)
-        many = [int(m.group(1)) for q in ctx.captured_queries if (m := re.match(r"(\d+) times: ", q["sql"]))]
+        many = [
+            int(m.group(1) or m.group(2))
+            for q in ctx.captured_queries
+            if (m := re.match(r"(\d+) times: |COPY .* -- (\d+) rows$", q["sql"], re.DOTALL))
+        ]
         out[label] = {"queries": len(ctx.captured_queries), "executemany": len(many), "executemany_rows": sum(many)}
     set_revision(port, 0)
     return out

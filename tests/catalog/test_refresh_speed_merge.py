@@ -14,7 +14,8 @@ import sys
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 from django.test.utils import CaptureQueriesContext
 
 from hostapp.catalog import actions
@@ -59,12 +60,13 @@ def statements(server: Any, definitions: list[dict[str, Any]]) -> list[str]:
 def verbs(sql: list[str]) -> list[str]:
     """Each statement's verb and table: `SELECT catalog_tool`, `UPDATE catalog_server`...
 
-    One statement run for many rows (`executemany`, logged as "N times: ...") counts once."""
+    One statement run for many rows (`executemany`, logged as "N times: ...", or a COPY on
+    PostgreSQL) counts once."""
     out = []
     for statement in sql:
         words = re.sub(r"^\d+ times: ", "", statement).replace('"', "").split()
         verb = words[0].upper()
-        table = {"SELECT": "FROM", "UPDATE": "UPDATE", "INSERT": "INTO", "DELETE": "FROM"}.get(verb)
+        table = {"SELECT": "FROM", "UPDATE": "UPDATE", "INSERT": "INTO", "DELETE": "FROM", "COPY": "COPY"}.get(verb)
         out.append(f"{verb} {words[words.index(table) + 1]}" if table in words else verb)
     return out
 
@@ -81,6 +83,29 @@ def test_an_unchanged_refresh_reads_once_and_writes_only_the_servers_refresh_tim
         sql = statements(server, catalog_listing(n))
 
         assert verbs(sql) == ["SELECT catalog_tool", "UPDATE catalog_server"], sql
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
+def test_new_tools_are_inserted_in_one_statement_for_3_or_60_tools(trusted: bool) -> None:
+    insert = "COPY catalog_tool" if connection.vendor == "postgresql" else "INSERT catalog_tool"
+    for n in (3, 60):
+        server = make_server(f"new-{n}", trusted=trusted)
+
+        sql = statements(server, catalog_listing(n))
+
+        assert verbs(sql) == ["SELECT catalog_tool", insert, "UPDATE catalog_server"], sql
+        assert sql[1].startswith(f"{n} times: INSERT") or sql[1].endswith(f"FROM STDIN -- {n} rows")
+        assert Tool.objects.filter(server=server).count() == n
+
+
+def test_a_refused_insert_raises_djangos_error_and_writes_nothing() -> None:
+    server = listed(make_server("files", trusted=True), *catalog_listing(2))
+    row = {"server_id": server.pk, "original_name": "other", "exposed_name": "files__tool_000", "definition": {}}
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        actions._insert_rows([dict(row, exposed_name="files__fresh"), row], timezone.now())
+
+    assert sorted(Tool.objects.values_list("exposed_name", flat=True)) == ["files__tool_000", "files__tool_001"]
 
 
 def test_an_unchanged_refresh_reads_only_the_columns_it_compares() -> None:
