@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from hostapp.catalog import actions
 from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, WRITE, Tool, definition_hash
