@@ -49,7 +49,8 @@ What it does:
    and listing every tool (``SDK alone: connect and list``, what a first or cold refresh
    cannot do without), and listing on clients opened beforehand (``SDK alone: list``), one
    server at a time and ``--threads`` at once on one event loop; no Patchbay code, no
-   database.
+   database, and the SDK as released (Patchbay's fixes to it, ``hostapp/mcp/sdk_fixes.py``,
+   taken out while the floor runs).
 
 Prints Markdown tables (and ``--json`` writes the figures).
 """
@@ -768,10 +769,16 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         if args.floor:
+            from hostapp.mcp import sdk_fixes
+
             close_pool()
-            for concurrency in [1, *thread_levels]:
-                run_floor(concurrency, warm=False)
-                run_floor(concurrency, warm=True)
+            sdk_fixes.remove()
+            try:
+                for concurrency in [1, *thread_levels]:
+                    run_floor(concurrency, warm=False)
+                    run_floor(concurrency, warm=True)
+            finally:
+                sdk_fixes.apply()
 
         per_refresh = queries_per_refresh(names[0], port, args.tools)
 

@@ -101,12 +101,21 @@ def test_an_unknown_revision_or_method_raises_as_the_sdk_does(method: str, versi
     assert outcome(sdk_fixes.validate_server_result, method, version, {"tools": []}) == sdk
 
 
-def test_another_release_keeps_the_sdks_own_function(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(methods, "validate_server_result", sdk_fixes._sdk_validate_server_result)
-    monkeypatch.setattr(sdk_fixes, "version", lambda _: "99.0.0")
+def test_another_release_keeps_the_sdks_own_functions(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mcp.client.streamable_http
+    import mcp_types
 
-    assert sdk_fixes.apply() is False
-    assert methods.validate_server_result is sdk_fixes._sdk_validate_server_result
+    monkeypatch.setattr(sdk_fixes, "version", lambda _: "99.0.0")
+    try:
+        sdk_fixes.remove()
+
+        assert sdk_fixes.apply() is False
+        assert methods.validate_server_result is sdk_fixes._sdk_validate_server_result
+        assert mcp_types.jsonrpc_message_adapter is sdk_fixes._sdk_message_adapter
+        assert mcp.client.streamable_http.jsonrpc_message_adapter is sdk_fixes._sdk_message_adapter
+    finally:
+        monkeypatch.undo()
+        assert sdk_fixes.apply() is True
 
 
 # --- reading a message --------------------------------------------------------------------
