@@ -6,16 +6,19 @@ Live events leave only after commit.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
-import time
 from collections import defaultdict
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
+from django.db.backends.utils import CursorDebugWrapper
 from django.utils import timezone
 
 from hostapp.core.events import send_event_on_commit
@@ -358,23 +361,42 @@ def _execute_many(sql: str, rows: list[list[Any]]) -> None:
 
     On PostgreSQL the values are bound by the server: Django's psycopg cursors bind them on
     the client, quoting every value into the statement's text, which for a hundred JSON
-    definitions costs more than sending them. Logged as Django logs an `executemany`."""
-    with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
+    definitions costs more than sending them."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
             cursor.executemany(sql, rows)
-            return
-        import psycopg
+        return
+    import psycopg
 
-        started = time.monotonic()
-        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as bound:
+    def run(cursor: Any) -> None:
+        with psycopg.Cursor(cursor.connection) as bound:
             bound.executemany(sql, rows)
-        _log(f"{len(rows)} times: {sql}", started)
+
+    _run_past_django(sql, rows, run, logged=None)
 
 
-def _log(sql: str, started: float) -> None:
-    """Record a statement run past Django's cursor as Django records its own."""
-    if connection.queries_logged:
-        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+def _run_past_django(sql: str, rows: list[list[Any]], run: Callable[[Any], None], logged: str | None) -> None:
+    """`run(psycopg_cursor)` runs `sql` for `rows` past Django's cursor; this runs it as
+    Django runs its own statements: through the connection's execute wrappers
+    (`connection.execute_wrapper`), with psycopg's errors raised as Django's, and logged
+    where Django logs (`connection.queries`, the `django.db.backends` logger) when it logs:
+    as an `executemany`, or as `logged`."""
+    with connection.cursor() as cursor:
+        connection.validate_no_broken_transaction()
+
+        def execute(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:
+            with connection.wrap_database_errors:
+                run(cursor.cursor)
+
+        executor: Callable[..., None] = execute
+        for wrapper in reversed(connection.execute_wrappers):
+            executor = functools.partial(wrapper, executor)
+        if isinstance(cursor, CursorDebugWrapper):
+            debug = cursor.debug_sql(sql, rows, many=True) if logged is None else cursor.debug_sql(logged)
+        else:
+            debug = nullcontext()
+        with debug:
+            executor(sql, rows, True, {"connection": connection, "cursor": cursor})
 
 
 def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
@@ -431,20 +453,20 @@ def _write_rows(table: str, columns: list[str], rows: list[list[Any]]) -> None:
 
     On PostgreSQL with one COPY: the rows stream in psycopg's copy format, with no statement
     per row to bind, quote (Django's psycopg cursors bind on the client) and plan. Elsewhere
-    with one INSERT executed for every row. The COPY is logged as the statements Django runs
-    are (`connection.queries`, `CaptureQueriesContext`), with its row count."""
+    with one INSERT executed for every row. The COPY is logged with its row count."""
     quote = connection.ops.quote_name
     names = ", ".join(quote(c) for c in columns)
     if connection.vendor != "postgresql":
         _execute_many(f"INSERT INTO {quote(table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))})", rows)
         return
-    with connection.cursor() as cursor:
-        sql = f"COPY {quote(table)} ({names}) FROM STDIN"
-        started = time.monotonic()
-        with connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
+    sql = f"COPY {quote(table)} ({names}) FROM STDIN"
+
+    def run(cursor: Any) -> None:
+        with cursor.copy(sql) as copy:
             for row in rows:
                 copy.write_row(row)
-        _log(f"{sql} -- {len(rows)} rows", started)
+
+    _run_past_django(sql, rows, run, logged=f"{sql} -- {len(rows)} rows")
 
 
 def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshResult:

@@ -98,6 +98,26 @@ def test_new_tools_are_inserted_in_one_statement_for_3_or_60_tools(trusted: bool
         assert Tool.objects.filter(server=server).count() == n
 
 
+def test_the_merges_statements_pass_through_the_connections_execute_wrappers() -> None:
+    """Instrumentation hooked on `connection.execute_wrapper` sees the inserts and updates,
+    which on PostgreSQL run past Django's cursor (a COPY, server-bound updates)."""
+    seen: list[tuple[str, bool, int]] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        seen.append((sql.split()[0].upper(), many, len(params) if many else 0))
+        return execute(sql, params, many, context)
+
+    server = make_server("files", trusted=True)
+    with connection.execute_wrapper(wrapper):
+        actions.record_tools(server, catalog_listing(5))
+        actions.record_tools(server, catalog_listing(5, revision=1))
+
+    many = [entry for entry in seen if entry[1]]
+    insert = "COPY" if connection.vendor == "postgresql" else "INSERT"
+    assert many == [(insert, True, 5), ("UPDATE", True, 5)]
+    assert Tool.objects.filter(server=server, description__endswith="(Revision 1.)").count() == 5
+
+
 def test_a_refused_insert_raises_djangos_error_and_writes_nothing() -> None:
     server = listed(make_server("files", trusted=True), *catalog_listing(2))
     row = {"server_id": server.pk, "original_name": "other", "exposed_name": "files__tool_000", "definition": {}}
