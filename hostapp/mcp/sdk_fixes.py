@@ -8,16 +8,18 @@ keeps its own code until someone checks it again (a test fails to say so).
   against the negotiated revision's shape with it. The SDK validates the result and then
   dumps the validated model to JSON, and throws the dump away: for a listing of 100 tools,
   the dump costs more than the validation. The fix validates only. The surface models have
-  no serializers of their own, so a result that validates also dumps: nothing the dump could
-  raise is lost.
+  no serializers of their own, so a result parsed from JSON (what the session always has)
+  that validates also dumps: nothing the dump could raise is lost. (A Python object that is
+  not JSON, which no server can send, would fail the dump and pass the fix.)
 * `mcp_types.jsonrpc_message_adapter.validate_json`, which every client transport parses
   each incoming message with, into a union of the four JSON-RPC envelopes. Pydantic tries
   each in turn, so a result (a listing: a hundred kilobytes and more) is read as a request
   and as a notification before it is read as a response: twice the work of reading it as
-  a response. The fix reads a message first as a response of exactly the response's keys
-  (`jsonrpc`, `id`, `result`, no other), the one envelope of the four such a message can
-  be; a message with any other key (a request, a notification, an error, anything odd) is
-  left to the SDK's union.
+  a response. The fix reads a message that holds `"result"` first as a response of exactly
+  the response's keys (`jsonrpc`, `id`, `result`, no other), the one envelope of the four
+  such a message can be; a message with any other key (a request, a notification, an
+  error, anything odd) is left to the SDK's union, as is one without `"result"` spelled
+  plainly (no response but one with an escaped key).
 """
 
 from __future__ import annotations
@@ -67,10 +69,13 @@ class MessageAdapter:
         self._sdk = sdk
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_sdk" or name.startswith("__"):  # not set yet (a copy being made), or Python's own
+            raise AttributeError(name)
         return getattr(self._sdk, name)
 
     def validate_json(self, data: Any, /, **options: Any) -> Any:
-        if set(options) <= {"by_name"}:
+        marker = b'"result"' if isinstance(data, bytes | bytearray) else '"result"'
+        if set(options) <= {"by_name"} and isinstance(data, str | bytes | bytearray) and marker in data:
             try:
                 exact = _ExactResponse.model_validate_json(data, **options)
             except ValidationError:

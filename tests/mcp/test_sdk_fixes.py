@@ -3,6 +3,7 @@ against, and each returns and raises exactly as the SDK function it replaces."""
 
 from __future__ import annotations
 
+import copy
 import json
 from importlib.metadata import version
 from typing import Any
@@ -178,14 +179,24 @@ def test_a_message_reads_as_the_sdk_reads_it(message: Any, spaced: bool) -> None
         '{"jsonrpc": "2.0", "id": "é", "result": {"t": "ß"}}'.encode("utf-16"),
         b'{"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1, "message": "both"}}',
         b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "result": {}}',
+        b'{"jsonrpc": "2.0", "id": 1, "res\\u0075lt": {"escaped": "key"}}',
+        '{"jsonrpc": "2.0", "id": 1, "result": {"as": "str"}}',
+        bytearray(b'{"jsonrpc": "2.0", "id": 1, "result": {"as": "bytearray"}}'),
     ],
     ids=[
         "empty", "not-json", "cut-short", "trailing", "duplicate-key", "nan", "float-id", "lone-surrogate",
-        "utf-16", "result-and-error", "result-and-method",
+        "utf-16", "result-and-error", "result-and-method", "escaped-key", "str", "bytearray",
     ],
 )  # fmt: skip
-def test_an_odd_message_reads_as_the_sdk_reads_it(data: bytes) -> None:
+def test_an_odd_message_reads_as_the_sdk_reads_it(data: bytes | str) -> None:
     assert read(sdk_fixes.message_adapter, data) == read(sdk_fixes._sdk_message_adapter, data)
+
+
+def test_the_adapter_copies_and_answers_as_the_sdks_for_what_it_does_not_fix() -> None:
+    assert copy.copy(sdk_fixes.message_adapter).validate_python is not None
+    assert copy.deepcopy(sdk_fixes.message_adapter).core_schema == sdk_fixes._sdk_message_adapter.core_schema
+    assert sdk_fixes.message_adapter.validate_python is not None
+    assert sdk_fixes.message_adapter.json_schema() == sdk_fixes._sdk_message_adapter.json_schema()
 
 
 def test_the_transports_read_through_the_fixed_adapter() -> None:
