@@ -6,12 +6,10 @@ Live events leave only after commit.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -359,44 +357,21 @@ def _execute_many(sql: str, rows: list[list[Any]]) -> None:
     """Run `sql` for each of `rows`: one statement, executed for every row (SQLite runs it
     prepared; psycopg sends it in one pipeline).
 
-    On PostgreSQL the values are bound by the server: Django's psycopg cursors bind them on
-    the client, quoting every value into the statement's text, which for a hundred JSON
-    definitions costs more than sending them."""
+    On PostgreSQL the values are bound by the server, with Django's own server-binding
+    cursor in Django's wrapper (its execute wrappers, errors and logging): the connection's
+    cursors bind them on the client, quoting every value into the statement's text, which
+    for a hundred JSON definitions costs more than sending them."""
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             cursor.executemany(sql, rows)
         return
-    import psycopg
+    from django.db.backends.postgresql.base import ServerBindingCursor
 
-    def run(cursor: Any) -> None:
-        with psycopg.Cursor(cursor.connection) as bound:
-            bound.executemany(sql, rows)
-
-    _run_past_django(sql, rows, run, logged=None)
-
-
-def _run_past_django(sql: str, rows: list[list[Any]], run: Callable[[Any], None], logged: str | None) -> None:
-    """`run(psycopg_cursor)` runs `sql` for `rows` past Django's cursor; this runs it as
-    Django runs its own statements: through the connection's execute wrappers
-    (`connection.execute_wrapper`), with psycopg's errors raised as Django's, and logged
-    where Django logs (`connection.queries`, the `django.db.backends` logger) when it logs:
-    as an `executemany`, or as `logged`."""
-    with connection.cursor() as cursor:
-        connection.validate_no_broken_transaction()
-
-        def execute(sql: str, params: Any, many: bool, context: dict[str, Any]) -> None:
-            with connection.wrap_database_errors:
-                run(cursor.cursor)
-
-        executor: Callable[..., None] = execute
-        for wrapper in reversed(connection.execute_wrappers):
-            executor = functools.partial(wrapper, executor)
-        if isinstance(cursor, CursorDebugWrapper):
-            debug = cursor.debug_sql(sql, rows, many=True) if logged is None else cursor.debug_sql(logged)
-        else:
-            debug = nullcontext()
-        with debug:
-            executor(sql, rows, True, {"connection": connection, "cursor": cursor})
+    connection.ensure_connection()
+    bound = ServerBindingCursor(connection.connection)
+    wrap = connection.make_debug_cursor if connection.queries_logged else connection.make_cursor
+    with wrap(bound) as cursor:
+        cursor.executemany(sql, rows)
 
 
 def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
@@ -453,20 +428,26 @@ def _write_rows(table: str, columns: list[str], rows: list[list[Any]]) -> None:
 
     On PostgreSQL with one COPY: the rows stream in psycopg's copy format, with no statement
     per row to bind, quote (Django's psycopg cursors bind on the client) and plan. Elsewhere
-    with one INSERT executed for every row. The COPY is logged with its row count."""
+    with one INSERT executed for every row. The COPY runs as Django's cursor runs its own
+    statements (its execute wrappers, errors and logging), logged with its row count."""
     quote = connection.ops.quote_name
     names = ", ".join(quote(c) for c in columns)
     if connection.vendor != "postgresql":
         _execute_many(f"INSERT INTO {quote(table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))})", rows)
         return
     sql = f"COPY {quote(table)} ({names}) FROM STDIN"
+    with connection.cursor() as cursor:
 
-    def run(cursor: Any) -> None:
-        with cursor.copy(sql) as copy:
-            for row in rows:
-                copy.write_row(row)
+        def copy_rows(sql: str, rows: list[list[Any]], *ignored_wrapper_args: Any) -> None:
+            connection.validate_no_broken_transaction()
+            with connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
+                for row in rows:
+                    copy.write_row(row)
 
-    _run_past_django(sql, rows, run, logged=f"{sql} -- {len(rows)} rows")
+        logged = cursor.debug_sql(f"{sql} -- {len(rows)} rows") if isinstance(cursor, CursorDebugWrapper) else None
+        with logged or nullcontext():
+            # As the cursor runs its own statements: through the connection's execute wrappers.
+            cursor._execute_with_wrappers(sql, rows, many=True, executor=copy_rows)
 
 
 def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshResult:
