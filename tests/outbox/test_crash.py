@@ -79,6 +79,15 @@ class Worker:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def report(self) -> str:
+        """The end of its log, after it wrote every thread's stack there (Celery's SIGUSR1
+        handler), for a failure message: where a stuck worker waits."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGUSR1)
+            time.sleep(2)
+        return self.output()[-20000:]
+
     def note_children(self) -> None:
         """Remember the MCP servers it started (own sessions: they outlive a killed worker)."""
         with contextlib.suppress(psutil.Error):
@@ -168,20 +177,27 @@ def drain_with_kills(
     def done() -> int:
         return Action.objects.filter(status=Action.DONE).count()
 
+    def wait_for(worker: Worker, predicate: Callable[[], object], what: str, interval: float = 0.05) -> None:
+        """wait_until, failing with the action counts and the worker's log and stacks as they
+        are when the wait gives up."""
+        try:
+            wait_until(predicate, timeout=remaining(), interval=interval, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc} ({status_counts()})\n{worker.report()}") from None
+
     def progress(worker: Worker, at_least: int, or_exit: bool = False) -> None:
         """Wait until `worker` completed `at_least` more actions and is delivering one right now
         (or, with `or_exit`, until it exits)."""
         target = min(ACTIONS - 1, done() + at_least)
-        wait_until(
+        wait_for(
+            worker,
             sweeper.while_waiting(
                 lambda: (
                     (or_exit and worker.proc.poll() is not None)
                     or (done() >= target and Action.objects.filter(status=Action.LEASED).exists())
                 )
             ),
-            timeout=remaining(),
-            interval=0.05,
-            what=f"worker {worker.number} to make progress ({status_counts()})\n{worker.output()[-3000:]}",
+            f"worker {worker.number} to make progress",
         )
 
     try:
@@ -195,11 +211,7 @@ def drain_with_kills(
             if own_redis is not None and life == KILLS // 2:
                 # Redis dies under a working worker: every queued and reserved wake-up is lost.
                 own_redis.kill()
-                wait_until(
-                    lambda w=worker: "Connection to broker lost" in w.output(),  # type: ignore[misc]
-                    timeout=remaining(),
-                    what=f"the worker to notice\n{worker.output()[-3000:]}",
-                )
+                wait_for(worker, lambda w=worker: "Connection to broker lost" in w.output(), "the worker to notice")
                 own_redis.start()
                 # The same worker reconnects and goes on (new calls, and the sweeper's re-queues).
                 progress(worker, PROGRESS_PER_LIFE, or_exit=True)
@@ -219,12 +231,7 @@ def drain_with_kills(
         assert not enqueuer.is_alive(), f"the calls were not all started in time ({status_counts()})"
         if enqueuer.error is not None:
             raise enqueuer.error
-        wait_until(
-            sweeper.while_waiting(lambda: done() == ACTIONS),
-            timeout=remaining(),
-            interval=0.1,
-            what=f"every action to be done ({status_counts()})\n{final.output()[-3000:]}",
-        )
+        wait_for(final, sweeper.while_waiting(lambda: done() == ACTIONS), "every action to be done", interval=0.1)
     finally:
         enqueuer.stop.set()
         enqueuer.join(timeout=60)
