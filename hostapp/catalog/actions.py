@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 from django.db.backends.utils import CursorDebugWrapper
+from django.db.models import Field
 from django.utils import timezone
 
 from hostapp.core.events import send_event_on_commit
@@ -334,11 +335,50 @@ class _Stored(NamedTuple):
     class_override: str
 
 
+class _Preparer:
+    """Prepares values for the database as `field.get_db_prep_save(value)` does, for many rows.
+
+    Strings go to text columns as they are (what preparing them does). Values that recur from
+    row to row (the server's key, a status, the time of the refresh, an empty list of icons)
+    are prepared once per field, type and value. Other values (a JSON object, a float) are
+    prepared by their field each time."""
+
+    _TEXT = frozenset({"CharField", "TextField"})
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, str] = {}  # attname -> internal type
+        self._recurring: dict[tuple[str, type, Any], Any] = {}
+
+    def kind(self, f: Field) -> str:
+        kind = self.kinds.get(f.attname)
+        if kind is None:
+            kind = self.kinds[f.attname] = f.get_internal_type()
+        return kind
+
+    def __call__(self, f: Field, value: Any) -> Any:
+        if type(value) is str and self.kind(f) in self._TEXT:
+            return value
+        if isinstance(value, dict | list | float):  # objects; 0.0 == -0.0 but they differ
+            if value or isinstance(value, float):
+                return f.get_db_prep_save(value, connection=connection)
+            key = (f.attname, type(value), None)
+        else:
+            key = (f.attname, type(value), value)
+        try:
+            return self._recurring[key]
+        except KeyError:
+            prepared = self._recurring[key] = f.get_db_prep_save(value, connection=connection)
+            return prepared
+        except TypeError:  # not hashable
+            return f.get_db_prep_save(value, connection=connection)
+
+
 def _update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any]]]) -> None:
     """Set `fields` of each tool `(pk, values)` as `save(update_fields=fields)` would: one
     statement, executed for every row (`executemany`: SQLite runs it prepared, psycopg in one
     pipeline). `bulk_update` would send a single statement but builds a CASE WHEN per field
-    and row in the ORM: ~2 ms of CPU per tool, more than the row-by-row saves it replaces."""
+    and row in the ORM: ~2 ms of CPU per tool, more than the row-by-row saves it replaces.
+    Values are prepared as each field prepares them (`_Preparer`)."""
     meta = Tool._meta
     columns = [meta.get_field(name) for name in fields]
     quote = connection.ops.quote_name
@@ -347,9 +387,8 @@ def _update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any
         ", ".join(f"{quote(f.column)} = %s" for f in columns),
         quote(meta.pk.column),
     )
-    rows = [
-        [*(f.get_db_prep_save(values[f.name], connection=connection) for f in columns), pk] for pk, values in updates
-    ]
+    prepare = _Preparer()
+    rows = [[*(prepare(f, values[f.name]) for f in columns), pk] for pk, values in updates]
     _execute_many(sql, rows)
 
 
@@ -393,10 +432,7 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
         )
         for f in fields
     }
-    kinds = {f.attname: f.get_internal_type() for f in fields}
-    # Values that recur from row to row (the server's key, a status, an empty list of icons),
-    # prepared once: (field, type, value) -> prepared.
-    recurring: dict[tuple[str, type, Any], Any] = {}
+    prepare = _Preparer()
     prepared_rows = []
     for row in rows:
         prepared = []
@@ -407,18 +443,12 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
                 prepared.append(missing[name])
                 continue
             value = row[name]
-            kind = kinds[name]
-            if kind in ("CharField", "TextField") and type(value) is str:
-                prepared.append(value)
-            elif kind == "JSONField" and isinstance(value, dict | list) and value:
+            if prepare.kind(f) == "JSONField" and isinstance(value, dict | list) and value:
                 if id(value) not in encoded:
                     encoded[id(value)] = json.dumps(value, cls=f.encoder)  # type: ignore[attr-defined]
                 prepared.append(encoded[id(value)])
-            else:  # a scalar, or an empty list or object
-                key = (name, type(value), value if not isinstance(value, dict | list) else None)
-                if key not in recurring:
-                    recurring[key] = f.get_db_prep_save(value, connection=connection)
-                prepared.append(recurring[key])
+            else:
+                prepared.append(prepare(f, value))
         prepared_rows.append(prepared)
     _write_rows(meta.db_table, [f.column for f in fields], prepared_rows)
 

@@ -289,6 +289,50 @@ def test_new_tools_are_written_as_bulk_create_writes_them(trusted: bool) -> None
     assert all(t.first_seen_at == t.changed_at == t.server.tools_refreshed_at for t in Tool.objects.all())
 
 
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
+def test_changed_tools_are_written_as_save_writes_them(trusted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every column of a tool the merge updates holds what Django's own `save(update_fields=...)`
+    writes for the values the merge updates it with: JSON objects and empty lists, the
+    refresh's time, texts, a status."""
+    server = listed(make_server("files", trusted=trusted), *catalog_listing(4))
+    before = {t.pk: t for t in Tool.objects.filter(server=server)}
+    revised = catalog_listing(4, revision=1)
+    revised[1]["icons"] = [{"src": "https://example.com/thing.png", "mimeType": "image/png"}]
+    revised[2]["title"] = "Thing\u200b 2"
+    updates: list[tuple[tuple[str, ...], list[tuple[int, dict[str, Any]]]]] = []
+    update_rows = actions._update_rows
+
+    def spy(fields: tuple[str, ...], rows: list[tuple[int, dict[str, Any]]]) -> None:
+        updates.append((fields, rows))
+        update_rows(fields, rows)
+
+    monkeypatch.setattr(actions, "_update_rows", spy)
+    listed(server, *revised)
+
+    def raw_rows() -> list[tuple[Any, ...]]:
+        columns = [f.column for f in Tool._meta.concrete_fields]
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {', '.join(columns)} FROM catalog_tool ORDER BY original_name")
+            return cursor.fetchall()
+
+    merged = raw_rows()
+    written = {(pk, name) for fields, rows in updates for pk, _ in rows for name in fields}
+    assert {"icons", "changed_at", "definition", "title", "text_warning"} <= {name for _, name in written}
+    for old in before.values():
+        old.save()  # the rows as they were
+    for fields, rows in updates:
+        for pk, values in rows:
+            tool = Tool.objects.get(pk=pk)
+            for name in fields:
+                setattr(tool, name, values[name])
+            tool.save(update_fields=fields)
+    assert raw_rows() == merged
+    assert [t.icons for t in Tool.objects.filter(server=server).order_by("original_name")][:2] == [
+        [],
+        [{"src": "https://example.com/thing.png", "mimeType": "image/png"}],
+    ]
+
+
 # The fields the merge gives a new tool (the others take their defaults).
 GIVEN = {
     "server_id", "original_name", "exposed_name", "name_warning", "definition", "definition_hash",
