@@ -20,6 +20,13 @@ keeps its own code until someone checks it again (a test fails to say so).
   such a message can be; a message with any other key (a request, a notification, an
   error, anything odd) is left to the SDK's union, as is one without `"result"` spelled
   plainly (no response but one with an escaped key).
+* `find_invalid_x_mcp_header` and `x_mcp_header_map` as the client session calls them, on
+  every tool of every listing under the 2026 revision: each walks the tool's input schema
+  for `x-mcp-header` annotations, through generators and a tuple per position, and most
+  schemas have none. The fix first looks for the key in every object of the schema, and
+  only a schema that has it somewhere (or holds something other than plain JSON objects
+  and arrays, or is too deep to look through) goes to the SDK's walks. A schema without
+  the key has no annotation to be invalid (None) and none to map (`{}`).
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ from importlib.metadata import version
 from types import UnionType
 from typing import Any
 
+import mcp.client.session as _session
 import mcp.client.streamable_http as _streamable_http
 import mcp_types as _types
 import mcp_types.methods as _methods
+from mcp.shared.inbound import X_MCP_HEADER_KEY
 from mcp_types.jsonrpc import JSONRPCResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-# The SDK releases (mcp-types) whose functions the fixes were checked against.
+# The SDK releases (mcp and mcp-types, released together) whose functions the fixes were
+# checked against.
 CHECKED = frozenset({"2.3.0"})
 
 _sdk_validate_server_result = _methods.validate_server_result
@@ -94,11 +104,54 @@ message_adapter = MessageAdapter(_sdk_message_adapter)
 _ADAPTER_HOMES = (_types, _streamable_http)
 
 
+_sdk_find_invalid_x_mcp_header = _session.find_invalid_x_mcp_header
+_sdk_x_mcp_header_map = _session.x_mcp_header_map
+_CONTAINERS = (dict, list)
+
+
+def _may_annotate(node: Any) -> bool:
+    """False only if `node` is plain JSON (dicts, lists, scalars) with no object anywhere in
+    it that has the `x-mcp-header` key: then the SDK's walks find nothing."""
+    if type(node) is dict:
+        if X_MCP_HEADER_KEY in node:
+            return True
+        items = node.values()
+    elif type(node) is list:
+        items = node
+    else:
+        return isinstance(node, _CONTAINERS)  # a subclass: the SDK's walk decides
+    for item in items:  # noqa: SIM110 - `any()` over a generator costs twice as much here
+        if isinstance(item, _CONTAINERS) and _may_annotate(item):
+            return True
+    return False
+
+
+def _has_no_annotation(input_schema: Any) -> bool:
+    try:
+        return not _may_annotate(input_schema)
+    except RecursionError:  # deeper than Python's stack: the SDK's walk keeps its own
+        return False
+
+
+def find_invalid_x_mcp_header(input_schema: Any) -> str | None:
+    """`mcp.shared.inbound.find_invalid_x_mcp_header`, answering None at once for a schema
+    without the key."""
+    return None if _has_no_annotation(input_schema) else _sdk_find_invalid_x_mcp_header(input_schema)
+
+
+def x_mcp_header_map(input_schema: Any) -> dict[tuple[str, ...], str]:
+    """`mcp.shared.inbound.x_mcp_header_map`, answering `{}` at once for a schema without
+    the key."""
+    return {} if _has_no_annotation(input_schema) else _sdk_x_mcp_header_map(input_schema)
+
+
 def apply() -> bool:
     """Install the fixes if the installed SDK is one they were checked against; say whether."""
-    if version("mcp-types") not in CHECKED:
+    if version("mcp-types") not in CHECKED or version("mcp") not in CHECKED:
         return False
     _methods.validate_server_result = validate_server_result
+    _session.find_invalid_x_mcp_header = find_invalid_x_mcp_header
+    _session.x_mcp_header_map = x_mcp_header_map
     for module in _ADAPTER_HOMES:
         module.jsonrpc_message_adapter = message_adapter  # type: ignore[attr-defined]
     return True
@@ -108,6 +161,8 @@ def remove() -> None:
     """Put the SDK's own functions back (the catalog benchmark's floor measures the SDK as
     released)."""
     _methods.validate_server_result = _sdk_validate_server_result
+    _session.find_invalid_x_mcp_header = _sdk_find_invalid_x_mcp_header
+    _session.x_mcp_header_map = _sdk_x_mcp_header_map
     for module in _ADAPTER_HOMES:
         module.jsonrpc_message_adapter = _sdk_message_adapter  # type: ignore[attr-defined]
 

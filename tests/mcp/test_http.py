@@ -164,3 +164,34 @@ def test_a_tool_call_cut_off_is_not_repeated(pool: Pool) -> None:
             pool.call_tool("faulty", "cut")
         assert caught.value.ambiguous, caught.value
         assert sum(1 for r in server.requests if (r.get("params") or {}).get("name") == "cut") == 1
+
+
+@pytest.fixture
+def header_server() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "tests/fixtures/header_server.py", str(port)], cwd=REPO)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def up() -> bool:
+        assert proc.poll() is None
+        httpx.get(url, timeout=1)
+        return True
+
+    try:
+        wait_until(up, timeout=30, what="the header server")
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_argument_annotated_for_a_header_is_sent_in_it(pool: Pool, header_server: str) -> None:
+    """The 2026 revision's `x-mcp-header`: the server refuses a call whose annotated argument
+    is not mirrored into its `Mcp-Param-*` header; the listing told the client to mirror it."""
+    pool.configure([ServerConfig("headers", "http", url=header_server)])
+    assert pool.connect("headers").protocol_version == "2026-07-28"
+    listed = {t["name"]: t for t in pool.list_tools("headers")}
+    assert listed["where"]["inputSchema"]["properties"]["region"]["x-mcp-header"] == "Region"
+    result = pool.call_tool("headers", "where", {"region": "eu-west", "note": "ok"}, timeout=20)
+    assert result["isError"] is False
+    assert result["content"][0]["text"] == "region eu-west ok"

@@ -103,6 +103,7 @@ def test_an_unknown_revision_or_method_raises_as_the_sdk_does(method: str, versi
 
 
 def test_another_release_keeps_the_sdks_own_functions(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mcp.client.session
     import mcp.client.streamable_http
     import mcp_types
 
@@ -114,6 +115,8 @@ def test_another_release_keeps_the_sdks_own_functions(monkeypatch: pytest.Monkey
         assert methods.validate_server_result is sdk_fixes._sdk_validate_server_result
         assert mcp_types.jsonrpc_message_adapter is sdk_fixes._sdk_message_adapter
         assert mcp.client.streamable_http.jsonrpc_message_adapter is sdk_fixes._sdk_message_adapter
+        assert mcp.client.session.x_mcp_header_map is sdk_fixes._sdk_x_mcp_header_map
+        assert mcp.client.session.find_invalid_x_mcp_header is sdk_fixes._sdk_find_invalid_x_mcp_header
     finally:
         monkeypatch.undo()
         assert sdk_fixes.apply() is True
@@ -205,3 +208,64 @@ def test_the_transports_read_through_the_fixed_adapter() -> None:
 
     assert mcp_types.jsonrpc_message_adapter is sdk_fixes.message_adapter
     assert mcp.client.streamable_http.jsonrpc_message_adapter is sdk_fixes.message_adapter
+
+
+# --- x-mcp-header annotations -----------------------------------------------------------------
+
+header_key = st.sampled_from(["x-mcp-header", "properties", "items", "anyOf", "type", "$defs", "enum", "X-MCP-Header"])
+header_values = st.sampled_from(["Region", "region", "bad token", "", 3, None, "string", "integer", "object"])
+header_schemas = st.recursive(
+    header_values | st.booleans(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(header_key | st.text(max_size=3), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+def header_outcome(find: Any, mapping: Any, schema: Any) -> Any:
+    reason = find(schema)
+    return (reason, None if reason is not None else mapping(schema))
+
+
+@settings(max_examples=400)
+@given(schema=header_schemas | json_values)
+def test_header_annotations_are_found_as_the_sdk_finds_them(schema: Any) -> None:
+    sdk = header_outcome(sdk_fixes._sdk_find_invalid_x_mcp_header, sdk_fixes._sdk_x_mcp_header_map, schema)
+    assert header_outcome(sdk_fixes.find_invalid_x_mcp_header, sdk_fixes.x_mcp_header_map, schema) == sdk
+
+
+class _Schema(dict):  # type: ignore[type-arg]
+    """Not a plain dict: the fix leaves it to the SDK's walk."""
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}},
+        {"type": "object", "properties": {"region": {"type": "object", "x-mcp-header": "Region"}}},
+        {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "A"}, "b": {"type": "string", "x-mcp-header": "a"}}},
+        {"type": "object", "anyOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]},
+        {"type": "object", "properties": _Schema(region=_Schema({"type": "string", "x-mcp-header": "Region"}))},
+        {"type": "object", "enum": [{"x-mcp-header": "data, not a schema"}]},
+        {"type": "object", "x-mcp-header": "Root"},
+        {"type": "object", "default": [[[[[[[[]]]]]]]]},
+    ],
+)  # fmt: skip
+def test_odd_header_annotations_are_found_as_the_sdk_finds_them(schema: Any) -> None:
+    sdk = header_outcome(sdk_fixes._sdk_find_invalid_x_mcp_header, sdk_fixes._sdk_x_mcp_header_map, schema)
+    assert header_outcome(sdk_fixes.find_invalid_x_mcp_header, sdk_fixes.x_mcp_header_map, schema) == sdk
+
+
+def test_a_schema_deeper_than_pythons_stack_goes_to_the_sdks_walk() -> None:
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    schema = {"type": "object", "default": deep}
+    assert sdk_fixes.find_invalid_x_mcp_header(schema) is None
+    assert sdk_fixes.x_mcp_header_map(schema) == {}
+
+
+def test_the_session_finds_header_annotations_through_the_fix() -> None:
+    import mcp.client.session
+
+    assert mcp.client.session.find_invalid_x_mcp_header is sdk_fixes.find_invalid_x_mcp_header
+    assert mcp.client.session.x_mcp_header_map is sdk_fixes.x_mcp_header_map
