@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,23 +16,11 @@ from tests.fixtures.http_faults import FaultyServer
 from tests.helpers import REPO, free_port, wait_until
 
 
-@pytest.fixture
-def mailbox_http(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "servers.mailbox",
-            "--transport",
-            "http",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-    )
+@contextlib.contextmanager
+def serving(args: list[str], port: int, what: str) -> Iterator[str]:
+    """Run a server over HTTP on `port` (`python ARGS...` in the repository) until the block
+    ends; its MCP endpoint's URL."""
+    proc = subprocess.Popen([sys.executable, *args], cwd=REPO)
     url = f"http://127.0.0.1:{port}/mcp"
 
     def up() -> bool:
@@ -40,7 +29,7 @@ def mailbox_http(tmp_path: Path) -> Iterator[str]:
         return True
 
     try:
-        wait_until(up, timeout=30, what="the mailbox over HTTP")
+        wait_until(up, timeout=30, what=what)
         yield url
     finally:
         proc.terminate()
@@ -49,6 +38,14 @@ def mailbox_http(tmp_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:  # uvicorn waits for open keep-alive connections
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def mailbox_http(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    args = ["-m", "servers.mailbox", "--transport", "http", "--port", str(port), "--data-dir", str(tmp_path)]
+    with serving(args, port, "the mailbox over HTTP") as url:
+        yield url
 
 
 def test_a_modern_http_server_is_reached_statelessly(pool: Pool, mailbox_http: str) -> None:
@@ -169,20 +166,8 @@ def test_a_tool_call_cut_off_is_not_repeated(pool: Pool) -> None:
 @pytest.fixture
 def header_server() -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "tests/fixtures/header_server.py", str(port)], cwd=REPO)
-    url = f"http://127.0.0.1:{port}/mcp"
-
-    def up() -> bool:
-        assert proc.poll() is None
-        httpx.get(url, timeout=1)
-        return True
-
-    try:
-        wait_until(up, timeout=30, what="the header server")
+    with serving(["tests/fixtures/header_server.py", str(port)], port, "the header server") as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_an_argument_annotated_for_a_header_is_sent_in_it(pool: Pool, header_server: str) -> None:
