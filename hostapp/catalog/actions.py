@@ -336,27 +336,22 @@ class _Stored(NamedTuple):
 
 
 class _Preparer:
-    """Prepares values for the database as `field.get_db_prep_save(value)` does, for many rows.
+    """Prepares values of `fields` for the database as `field.get_db_prep_save(value)` does,
+    for many rows.
 
     Strings go to text columns as they are (what preparing them does). Values that recur from
     row to row (the server's key, a status, the time of the refresh, an empty list of icons)
     are prepared once per field, type and value. Other values (a JSON object, a float) are
     prepared by their field each time."""
 
-    _TEXT = frozenset({"CharField", "TextField"})
-
-    def __init__(self) -> None:
-        self.kinds: dict[str, str] = {}  # attname -> internal type
+    def __init__(self, fields: list[Field]) -> None:
+        kinds = {f.attname: f.get_internal_type() for f in fields}
+        self.text = frozenset(name for name, kind in kinds.items() if kind in ("CharField", "TextField"))
+        self.json = frozenset(name for name, kind in kinds.items() if kind == "JSONField")
         self._recurring: dict[tuple[str, type, Any], Any] = {}
 
-    def kind(self, f: Field) -> str:
-        kind = self.kinds.get(f.attname)
-        if kind is None:
-            kind = self.kinds[f.attname] = f.get_internal_type()
-        return kind
-
     def __call__(self, f: Field, value: Any) -> Any:
-        if type(value) is str and self.kind(f) in self._TEXT:
+        if type(value) is str and f.attname in self.text:
             return value
         if isinstance(value, dict | list | float):  # objects; 0.0 == -0.0 but they differ
             if value or isinstance(value, float):
@@ -387,7 +382,7 @@ def _update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any
         ", ".join(f"{quote(f.column)} = %s" for f in columns),
         quote(meta.pk.column),
     )
-    prepare = _Preparer()
+    prepare = _Preparer(columns)
     rows = [[*(prepare(f, values[f.name]) for f in columns), pk] for pk, values in updates]
     _execute_many(sql, rows)
 
@@ -432,7 +427,7 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
         )
         for f in fields
     }
-    prepare = _Preparer()
+    prepare = _Preparer(fields)
     prepared_rows = []
     for row in rows:
         prepared = []
@@ -443,7 +438,7 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
                 prepared.append(missing[name])
                 continue
             value = row[name]
-            if prepare.kind(f) == "JSONField" and isinstance(value, dict | list) and value:
+            if name in prepare.json and isinstance(value, dict | list) and value:
                 if id(value) not in encoded:
                     encoded[id(value)] = json.dumps(value, cls=f.encoder)  # type: ignore[attr-defined]
                 prepared.append(encoded[id(value)])
