@@ -17,7 +17,8 @@ What it does:
    ``--data-dir`` or the environment names one), SQLite by default or ``DATABASE_URL``;
    ``migrate``; an embedded Redis on the data directory's socket (as ``manage.py run``
    starts one) unless ``REDIS_URL`` is set, so the catalog's live events go where they
-   go in production.
+   go in production. The garbage collector set as the worker sets it when it starts
+   (``hostapp.core.gc_tuning.tune_gc``: ``PATCHBAY_GC_THRESHOLD``, 0 for Python's own).
 2. ``bench/catalog_servers.py`` in ONE child process (uvicorn on 127.0.0.1, a free port):
    ``--servers`` MCP servers with ``--tools`` tools each, server *i* at ``/s{i:03d}/mcp``.
 3. One ``Server`` row per server (Streamable HTTP; even ones trusted, odd ones not).
@@ -60,6 +61,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import gc
 import json
 import math
 import os
@@ -137,6 +139,9 @@ def setup_django(data_dir: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
+    from hostapp.core.gc_tuning import tune_gc
+
+    tune_gc()  # as the worker does when it starts
 
 
 def start_embedded_redis(sock: Path) -> subprocess.Popen[bytes]:
@@ -680,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
             "cores": os.cpu_count(),
             "django": version("django"),
             "mcp": version("mcp"),
+            "gc_threshold": gc.get_threshold(),
             "database": db,
             "servers": args.servers,
             "tools_per_server": args.tools,
@@ -687,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"# catalog benchmark: {args.servers} servers x {args.tools} tools, {db}", flush=True)
         print(f"# {env['cpu']}, {env['cores']} cores, Python {env['python']}, Django {env['django']}, mcp {env['mcp']}")
-        print(f"# app: {env['app']}")
+        print(f"# app: {env['app']}; garbage collector thresholds {env['gc_threshold']}")
         print(f"# catalog servers on 127.0.0.1:{port} (one process, up in {boot_s:.1f}s); data dir {data_dir}\n")
 
         refreshes: list[dict[str, Any]] = []

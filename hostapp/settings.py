@@ -414,5 +414,9 @@ PATCHBAY_METRICS_TOKEN = env_str("PATCHBAY_METRICS_TOKEN")
 # unknown outcomes are never pruned automatically.
 PATCHBAY_RETENTION_DAYS = env_int("PATCHBAY_RETENTION_DAYS", 30, minimum=1)
 
+# The youngest generation's threshold of Python's garbage collector in the web process, the
+# worker and `mcp refresh` (hostapp/core/gc_tuning.py); 0 keeps Python's own (700).
+PATCHBAY_GC_THRESHOLD = env_int("PATCHBAY_GC_THRESHOLD", 20_000, minimum=0)
+
 # Where `manage.py run` records the admin credentials it created on the first run.
 PATCHBAY_ADMIN_CREDENTIALS_FILE = DATA_DIR / "admin-credentials.txt"

@@ -14,6 +14,7 @@ from typing import Any
 from django.core.management.base import CommandError, OutputWrapper
 from django.db import connection
 
+from hostapp.core.gc_tuning import tuned_gc
 from hostapp.mcp.config import ConfigError
 
 from . import actions
@@ -238,27 +239,34 @@ def _refresh(names: list[str], out: OutputWrapper, err: OutputWrapper, jobs: int
     for name in missing:
         err.write(f"{name}: no such server")
         failed += 1
-    for i, (server, result) in enumerate(_refresh_each(servers, jobs), 1):
-        if result.ok:
-            extra = []
-            for label, items in (
-                ("added", result.added),
-                ("changed", result.changed),
-                ("removed", result.removed),
-                ("quarantined", result.quarantined),
-            ):
-                if items:
-                    extra.append(f"{len(items)} {label}")
-            out.write(
-                f"[{i}/{len(servers)}] {server.name}: {result.tools} tools"
-                + (f" ({', '.join(extra)})" if extra else "")
-            )
-        else:
-            out.write(f"[{i}/{len(servers)}] {server.name}: failed")
-            err.write(f"{server.name}: {result.error}")
-            failed += 1
-        out.flush()
+    with tuned_gc():  # collect garbage as the worker does while it refreshes
+        for i, (server, result) in enumerate(_refresh_each(servers, jobs), 1):
+            failed += _report(i, len(servers), server, result, out, err)
     return 1 if failed else 0
+
+
+def _report(
+    i: int, total: int, server: Server, result: actions.RefreshResult, out: OutputWrapper, err: OutputWrapper
+) -> int:
+    """One line for a refreshed server (and its error on stderr); 1 if it failed."""
+    if not result.ok:
+        out.write(f"[{i}/{total}] {server.name}: failed")
+        err.write(f"{server.name}: {result.error}")
+        out.flush()
+        return 1
+    extra = [
+        f"{len(items)} {label}"
+        for label, items in (
+            ("added", result.added),
+            ("changed", result.changed),
+            ("removed", result.removed),
+            ("quarantined", result.quarantined),
+        )
+        if items
+    ]
+    out.write(f"[{i}/{total}] {server.name}: {result.tools} tools" + (f" ({', '.join(extra)})" if extra else ""))
+    out.flush()
+    return 0
 
 
 def cmd_refresh(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:

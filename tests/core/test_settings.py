@@ -67,6 +67,7 @@ def test_database_url_switches_to_postgresql(tmp_path: Path) -> None:
         ({"PATCHBAY_DEBUG": "maybe"}, "patchbay.E002", "not a boolean"),
         ({"PATCHBAY_LOG_LEVEL": "LOUD"}, "patchbay.E005", "not a level"),
         ({"PATCHBAY_HSTS_SECONDS": "soon"}, "patchbay.E003", "whole number"),
+        ({"PATCHBAY_GC_THRESHOLD": "-1"}, "patchbay.E003", "below 0"),
     ],
 )
 def test_a_misconfiguration_is_a_system_check_not_a_traceback(
