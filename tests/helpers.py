@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -36,6 +37,16 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last_exc!r}")
         time.sleep(interval)
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def clean_env(**overrides: str | None) -> dict[str, str]:

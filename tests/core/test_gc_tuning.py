@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from hostapp.catalog import cli
 from hostapp.core.gc_tuning import tune_gc, tuned_gc
-from tests.helpers import PYTHON, REPO, clean_env, wait_until
+from tests.helpers import PYTHON, REPO, clean_env, stop_process, wait_until
 
 PYTHONS_OWN = (700, 10, 10)
 
@@ -121,12 +121,7 @@ def test_the_worker_sets_it_before_its_pool_starts(tmp_path: Path) -> None:
     try:
         text = wait_until(started, timeout=90, what="the worker to be ready")
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop_process(worker, timeout=30)
     assert " ready." in text, text[-3000:]
     tuned = text.index("garbage collector thresholds (12345, 10, 10)")
     assert tuned < text.index(" ready."), text[-3000:]

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from pydantic import AnyUrl
 
-from tests.helpers import REPO
+from tests.helpers import REPO, stop_process
 from tests.oauthserver.server import parse_args
 
 T = TypeVar("T")
@@ -72,12 +72,7 @@ def wait_ready(proc: subprocess.Popen[str], timeout: float = 60) -> RunningServe
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, timeout=5)
     if proc.stdout is not None:
         proc.stdout.close()
 

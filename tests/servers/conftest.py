@@ -24,6 +24,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, ToolAnnotations
 
+from tests.helpers import stop_process
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXTENSION_ID = "dev.patchbay/idempotency"
 META_KEY = "dev.patchbay/idempotencyKey"
@@ -156,12 +158,7 @@ def http_server(server: str, data_dir: Path) -> Iterator[HttpServer]:
         _wait_until_listening(process, port, log)
         yield HttpServer(process, port)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 @pytest.fixture(scope="module")
