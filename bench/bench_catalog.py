@@ -21,7 +21,10 @@ What it does:
    (``hostapp.core.gc_tuning.tune_gc``: ``PATCHBAY_GC_THRESHOLD``, 0 for Python's own).
 2. ``bench/catalog_servers.py`` in ONE child process (uvicorn on 127.0.0.1, a free port):
    ``--servers`` MCP servers with ``--tools`` tools each, server *i* at ``/s{i:03d}/mcp``.
-3. One ``Server`` row per server (Streamable HTTP; even ones trusted, odd ones not).
+3. One ``Server`` row per server (Streamable HTTP; even ones trusted, odd ones not). On
+   PostgreSQL the catalog's tables are vacuumed (``VACUUM FULL ANALYZE``) first, and again
+   (``VACUUM ANALYZE``) each time the catalog is emptied for a ``first`` refresh, as
+   autovacuum would between refreshes (``vacuum``).
 4. Full refreshes of every server, each exactly as the refresh task does it (load the row,
    ``hostapp.catalog.actions.refresh_server``, through this process's pool), one after the
    other and from ``--threads`` worker threads at once:
@@ -31,6 +34,10 @@ What it does:
    * ``changed``: warm pool, every tool's description changed on the server (a new
      revision), so every tool is updated (and pinned ones quarantined);
    * ``cold, unchanged`` (threads only): the pool closed first, nothing changed.
+
+   Each with the CPU time it took: this process's (Patchbay: the pool, the merge, the
+   database client), the catalog servers' and, on a PostgreSQL on this machine, the
+   database's (its processes, and the sessions that ended, as the postmaster counts them).
 
 5. Server time of the pages (Django's test ``Client``, logged in, in this process: the
    whole middleware stack, the view, the template, no network): the Catalog with every
@@ -202,6 +209,25 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def database_cpu() -> float | None:
+    """CPU seconds PostgreSQL has used so far on this machine: its live processes', and the
+    sessions that have ended (the postmaster's count of its reaped children). None for
+    SQLite (its work is this process's) or a server on another machine."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    import psutil
+
+    total, seen = 0.0, False
+    for process in psutil.process_iter(["name", "cpu_times"]):
+        times = process.info["cpu_times"]
+        if process.info["name"] == "postgres" and times is not None:
+            seen = True
+            total += times.user + times.system + times.children_user + times.children_system
+    return total if seen else None
+
+
 def stop(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -360,6 +386,7 @@ def refresh_row(
     cpu_servers: float,
     load: float,
     failures: list[str],
+    cpu_database: float | None = None,
 ) -> dict[str, Any]:
     """One row of the refresh table (and of `--json`)."""
     per = [s * 1000 for _, s in results]
@@ -372,6 +399,7 @@ def refresh_row(
         "per_server_max_ms": max(per),
         "cpu_patchbay_s": cpu_bench,
         "cpu_servers_s": cpu_servers,
+        "cpu_database_s": cpu_database,
         "load1_before": load,
         "failed": len(failures),
         "failure_example": failures[0] if failures else "",
@@ -414,6 +442,24 @@ def reset_catalog(port: int) -> None:
     set_revision(port, 0)
     close_pool()
     Tool.objects.all().delete()
+    vacuum()
+
+
+def vacuum(full: bool = False) -> None:
+    """On PostgreSQL, what autovacuum does between refreshes in production: the space of
+    deleted and updated rows is free again, the planner's statistics current. Where
+    autovacuum is off (as on this project's test machine), a benchmark database otherwise
+    grows by every row each run deletes or updates, and later runs read ever more pages.
+    `full` also gives the space back (a database an earlier run left bloated)."""
+    from django.db import connection
+
+    from hostapp.catalog.models import Server, Tool
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for model in (Tool, Server):
+            cursor.execute(f"VACUUM {'FULL ' if full else ''}ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
 
 
 # --- pages -----------------------------------------------------------------------------
@@ -671,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         # Only the keys: rows left by an earlier run on this database may hold secrets encrypted
         # with another run's key, which loading them would try to decrypt.
         Server.objects.only("pk").delete()
+        vacuum(full=True)
         names = [f"s{i:03d}" for i in range(args.servers)]
         for i, name in enumerate(names):
             Server.objects.create(
@@ -700,11 +747,13 @@ def main(argv: list[str] | None = None) -> int:
 
         def run(mode: str, threads: int, kind: str, expect: str, one: Callable[[str], Any] = refresh_one) -> None:
             load = os.getloadavg()[0]
-            cpu_bench, cpu_servers = time.process_time(), proc_cpu(servers_proc.pid)
+            cpu_bench, cpu_servers, cpu_db = time.process_time(), proc_cpu(servers_proc.pid), database_cpu()
             elapsed, results = refresh_all(names, threads, one)
             cpu_bench, cpu_servers = time.process_time() - cpu_bench, proc_cpu(servers_proc.pid) - cpu_servers
+            db_after = database_cpu()
+            cpu_db = None if cpu_db is None or db_after is None else db_after - cpu_db
             failures = check(results, args.servers, args.tools, expect)
-            row = refresh_row(mode, threads, kind, elapsed, results, cpu_bench, cpu_servers, load, failures)
+            row = refresh_row(mode, threads, kind, elapsed, results, cpu_bench, cpu_servers, load, failures, cpu_db)
             refreshes.append(row)
             if failures and expect != "list":
                 # Catch up (untimed) so that the next measurement starts from the state it expects.
@@ -713,7 +762,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"refresh {mode:<10} {kind:<38} {elapsed:7.2f} s  "
                 f"(per server median {row['per_server_median_ms']:.0f} ms, max {row['per_server_max_ms']:.0f} ms; "
-                f"CPU patchbay {cpu_bench:.1f} s, servers {cpu_servers:.1f} s; load {load:.1f})"
+                f"CPU patchbay {cpu_bench:.1f} s, servers {cpu_servers:.1f} s"
+                + (f", PostgreSQL {cpu_db:.1f} s" if cpu_db is not None else "")
+                + f"; load {load:.1f})"
                 + (f"  {len(failures)} FAILED, e.g. {failures[0][:120]}" if failures else ""),
                 flush=True,
             )
@@ -794,8 +845,9 @@ def main(argv: list[str] | None = None) -> int:
         # --- report -------------------------------------------------------------------------
         print(f"\n### Refresh of all {args.servers} servers ({args.servers * args.tools:,} tools), {db}\n")
         print(
-            "| how | refresh | total | per server, median | per server, max | CPU: patchbay / servers "
-            "| failed | target < 5 s |"
+            "| how | refresh | total | per server, median | per server, max | CPU: patchbay / servers"
+            + (" / PostgreSQL" if any(r["cpu_database_s"] is not None for r in refreshes) else "")
+            + " | failed | target < 5 s |"
         )
         print("|---|---|---:|---:|---:|---:|---:|---|")
         for r in refreshes:
@@ -804,8 +856,9 @@ def main(argv: list[str] | None = None) -> int:
                 ok = "(part)"
             print(
                 f"| {r['mode']} | {r['kind']} | {r['total_s']:.2f} s | {r['per_server_median_ms']:.0f} ms "
-                f"| {r['per_server_max_ms']:.0f} ms | {r['cpu_patchbay_s']:.1f} s / {r['cpu_servers_s']:.1f} s "
-                f"| {r['failed'] or ''} | {ok} |"
+                f"| {r['per_server_max_ms']:.0f} ms | {r['cpu_patchbay_s']:.1f} s / {r['cpu_servers_s']:.1f} s"
+                + (f" / {r['cpu_database_s']:.1f} s" if r["cpu_database_s"] is not None else "")
+                + f" | {r['failed'] or ''} | {ok} |"
             )
         for r in refreshes:
             if r["failed"]:

@@ -18,8 +18,9 @@ older generations keep Python's factors) and one cycle of full refreshes runs fr
 ``cold`` (pool closed first, nothing changed).
 
 For each phase and threshold: the wall time, this process's CPU time (Patchbay's side:
-the pool, the merge, the database client) and the time spent in collections (measured
-with ``gc.callbacks``, from the start to the end of each collection), as the median and
+the pool, the merge, the database client), the time spent in collections (measured with
+``gc.callbacks``, from the start to the end of each collection), and the CPU time of the
+catalog servers and (on a PostgreSQL on this machine) of the database, as the median and
 range over the rounds. Comparing within one run is the point: this machine's speed
 drifts by tens of per cent from one minute to the next.
 """
@@ -88,10 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     timer = CollectionTimer()
     gc.callbacks.append(timer)
     _, older, oldest = gc.get_threshold()
-    # (phase, threshold) -> [(wall, cpu, gc seconds, full collections)]
-    figures: dict[tuple[str, int], list[tuple[float, float, float, int]]] = {}
+    # (phase, threshold) -> [(wall, CPU Patchbay, CPU servers, CPU PostgreSQL or None, gc seconds, full collections)]
+    figures: dict[tuple[str, int], list[tuple[float, float, float, float | None, float, int]]] = {}
     try:
         Server.objects.only("pk").delete()
+        bc.vacuum(full=True)
         names = [f"s{i:03d}" for i in range(args.servers)]
         for i, name in enumerate(names):
             Server.objects.create(
@@ -119,14 +121,16 @@ def main(argv: list[str] | None = None) -> int:
                         close_pool()
                         expect = "unchanged"
                     timer.reset()
-                    cpu = time.process_time()
+                    cpu, servers_cpu, db_cpu = time.process_time(), bc.proc_cpu(servers_proc.pid), bc.database_cpu()
                     elapsed, results = bc.refresh_all(names, args.threads, one)
-                    cpu = time.process_time() - cpu
+                    cpu, servers_cpu = time.process_time() - cpu, bc.proc_cpu(servers_proc.pid) - servers_cpu
+                    db_after = bc.database_cpu()
+                    db_cpu = None if db_cpu is None or db_after is None else db_after - db_cpu
                     failures = bc.check(results, args.servers, args.tools, expect)
                     if failures:
                         raise SystemExit(f"{phase} at threshold {threshold}: {failures[0]}")
                     figures.setdefault((phase, threshold), []).append(
-                        (elapsed, cpu, sum(timer.seconds), timer.counts[2])
+                        (elapsed, cpu, servers_cpu, db_cpu, sum(timer.seconds), timer.counts[2])
                     )
             print(f"# round {round_no + 1} of {args.rounds} done", flush=True)
     finally:
@@ -137,14 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     def cell(values: list[float]) -> str:
         return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
-    print("\n| refresh | threshold | wall, s | CPU Patchbay, s | in collections, s | full collections |")
-    print("|---|---:|---:|---:|---:|---:|")
+    with_db = all(r[3] is not None for runs in figures.values() for r in runs)
+    print(
+        "\n| refresh | threshold | wall, s | CPU Patchbay, s | in collections, s | full collections | CPU servers, s"
+        + (" | CPU PostgreSQL, s |" if with_db else " |")
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if with_db else ""))
     for phase in PHASES:
         for threshold in thresholds:
             runs = figures[(phase, threshold)]
             print(
                 f"| {phase} | {threshold} | {cell([r[0] for r in runs])} | {cell([r[1] for r in runs])} "
-                f"| {cell([r[2] for r in runs])} | {statistics.median(r[3] for r in runs):.0f} |"
+                f"| {cell([r[4] for r in runs])} | {statistics.median(r[5] for r in runs):.0f} "
+                f"| {cell([r[2] for r in runs])} |" + (f" {cell([r[3] for r in runs])} |" if with_db else "")  # type: ignore[misc]
             )
     return 0
 
