@@ -43,10 +43,6 @@ def test_zero_keeps_pythons_own(settings: Any) -> None:
     assert gc.get_threshold() == PYTHONS_OWN
 
 
-def test_the_default_is_twenty_thousand() -> None:
-    assert tune_gc() == (20_000, 10, 10)
-
-
 def test_a_block_runs_with_it_and_the_thresholds_before_it_come_back(settings: Any) -> None:
     settings.PATCHBAY_GC_THRESHOLD = 5000
     gc.set_threshold(900, 9, 9)
@@ -84,8 +80,11 @@ def test_mcp_refresh_refreshes_with_it_and_gives_it_back(settings: Any, monkeypa
     assert gc.get_threshold() == PYTHONS_OWN
 
 
-@pytest.mark.parametrize(("value", "expected"), [("12345", (12345, 10, 10)), ("0", PYTHONS_OWN)])
-def test_the_web_process_sets_it_when_it_loads_the_app(value: str, expected: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, (20_000, 10, 10)), ("12345", (12345, 10, 10)), ("0", PYTHONS_OWN)]
+)
+def test_the_web_process_sets_it_when_it_loads_the_app(value: str | None, expected: tuple[int, int, int]) -> None:
+    """Unset, the default (20,000); 0, Python's own."""
     code = "import gc, hostapp.asgi; print(tuple(gc.get_threshold()))"
     result = subprocess.run(
         [PYTHON, "-c", code],
