@@ -58,3 +58,17 @@ def _fresh_channel_layer() -> Iterator[None]:
     events.flush(timeout=2.0)
 
     channel_layers.backends.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test, before the session's fixtures (the test database) are torn down:
+    close the database connection of asgiref's executor thread. Async tests run their ORM
+    calls there (`sync_to_async`), and its connection stays open; PostgreSQL then refuses to
+    drop the test database ("being accessed by other users")."""
+    if nextitem is None:
+        from asgiref.sync import SyncToAsync
+        from django.db import connections
+
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+    yield
