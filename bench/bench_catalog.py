@@ -228,6 +228,24 @@ def database_cpu() -> float | None:
     return total if seen else None
 
 
+class CpuClock:
+    """CPU seconds of the three parties to a refresh since the clock was made: this process
+    (Patchbay), the catalog servers' process and PostgreSQL (None where `database_cpu` is)."""
+
+    def __init__(self, servers_pid: int) -> None:
+        self.servers_pid = servers_pid
+        self.started = (time.process_time(), proc_cpu(servers_pid), database_cpu())
+
+    def spent(self) -> tuple[float, float, float | None]:
+        patchbay, servers, database = self.started
+        now = database_cpu()
+        return (
+            time.process_time() - patchbay,
+            proc_cpu(self.servers_pid) - servers,
+            None if database is None or now is None else now - database,
+        )
+
+
 def stop(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -432,6 +450,23 @@ def check(results: list[tuple[Any, float]], n_servers: int, n_tools: int, expect
     if not failures and expect != "list":
         assert Tool.objects.count() == n_servers * n_tools
     return failures
+
+
+def create_servers(port: int, n_servers: int) -> list[str]:
+    """The catalog's `Server` rows, one per catalog server (even ones trusted), in place of
+    any an earlier run left (vacuumed away); their names."""
+    from hostapp.catalog.models import Server
+
+    # Only the keys: rows left by an earlier run on this database may hold secrets encrypted
+    # with another run's key, which loading them would try to decrypt.
+    Server.objects.only("pk").delete()
+    vacuum(full=True)
+    names = [f"s{i:03d}" for i in range(n_servers)]
+    for i, name in enumerate(names):
+        Server.objects.create(
+            name=name, transport=Server.HTTP, url=f"http://127.0.0.1:{port}/{name}/mcp", trusted=i % 2 == 0
+        )
+    return names
 
 
 def reset_catalog(port: int) -> None:
@@ -698,7 +733,6 @@ def main(argv: list[str] | None = None) -> int:
         from django.conf import settings
         from django.db import connection
 
-        from hostapp.catalog.models import Server
         from hostapp.catalog.pool import close_pool
 
         if settings.REDIS_EMBEDDED:
@@ -714,15 +748,7 @@ def main(argv: list[str] | None = None) -> int:
         servers_proc = start_catalog_servers(port, args.servers, args.tools, Path(data_dir) / "catalog_servers.log")
         boot_s = time.perf_counter() - started
 
-        # Only the keys: rows left by an earlier run on this database may hold secrets encrypted
-        # with another run's key, which loading them would try to decrypt.
-        Server.objects.only("pk").delete()
-        vacuum(full=True)
-        names = [f"s{i:03d}" for i in range(args.servers)]
-        for i, name in enumerate(names):
-            Server.objects.create(
-                name=name, transport=Server.HTTP, url=f"http://127.0.0.1:{port}/{name}/mcp", trusted=i % 2 == 0
-            )
+        names = create_servers(port, args.servers)
 
         env = {
             "app": app_version(),
@@ -747,11 +773,9 @@ def main(argv: list[str] | None = None) -> int:
 
         def run(mode: str, threads: int, kind: str, expect: str, one: Callable[[str], Any] = refresh_one) -> None:
             load = os.getloadavg()[0]
-            cpu_bench, cpu_servers, cpu_db = time.process_time(), proc_cpu(servers_proc.pid), database_cpu()
+            clock = CpuClock(servers_proc.pid)
             elapsed, results = refresh_all(names, threads, one)
-            cpu_bench, cpu_servers = time.process_time() - cpu_bench, proc_cpu(servers_proc.pid) - cpu_servers
-            db_after = database_cpu()
-            cpu_db = None if cpu_db is None or db_after is None else db_after - cpu_db
+            cpu_bench, cpu_servers, cpu_db = clock.spent()
             failures = check(results, args.servers, args.tools, expect)
             row = refresh_row(mode, threads, kind, elapsed, results, cpu_bench, cpu_servers, load, failures, cpu_db)
             refreshes.append(row)

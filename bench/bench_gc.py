@@ -80,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     from django.conf import settings
     from django.db import connection
 
-    from hostapp.catalog.models import Server
     from hostapp.catalog.pool import close_pool
 
     redis_proc = bc.start_embedded_redis(Path(settings.REDIS_SOCKET)) if settings.REDIS_EMBEDDED else None
@@ -92,13 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     # (phase, threshold) -> [(wall, CPU Patchbay, CPU servers, CPU PostgreSQL or None, gc seconds, full collections)]
     figures: dict[tuple[str, int], list[tuple[float, float, float, float | None, float, int]]] = {}
     try:
-        Server.objects.only("pk").delete()
-        bc.vacuum(full=True)
-        names = [f"s{i:03d}" for i in range(args.servers)]
-        for i, name in enumerate(names):
-            Server.objects.create(
-                name=name, transport=Server.HTTP, url=f"http://127.0.0.1:{port}/{name}/mcp", trusted=i % 2 == 0
-            )
+        names = bc.create_servers(port, args.servers)
         db = "SQLite" if connection.vendor == "sqlite" else "PostgreSQL"
         print(
             f"# {args.servers} servers x {args.tools} tools, {db}, {args.threads} threads, "
@@ -121,11 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                         close_pool()
                         expect = "unchanged"
                     timer.reset()
-                    cpu, servers_cpu, db_cpu = time.process_time(), bc.proc_cpu(servers_proc.pid), bc.database_cpu()
+                    clock = bc.CpuClock(servers_proc.pid)
                     elapsed, results = bc.refresh_all(names, args.threads, one)
-                    cpu, servers_cpu = time.process_time() - cpu, bc.proc_cpu(servers_proc.pid) - servers_cpu
-                    db_after = bc.database_cpu()
-                    db_cpu = None if db_cpu is None or db_after is None else db_after - db_cpu
+                    cpu, servers_cpu, db_cpu = clock.spent()
                     failures = bc.check(results, args.servers, args.tools, expect)
                     if failures:
                         raise SystemExit(f"{phase} at threshold {threshold}: {failures[0]}")

@@ -13,7 +13,7 @@ import pytest
 
 from hostapp.mcp import McpFailure, Pool, ServerConfig
 from tests.fixtures.http_faults import FaultyServer
-from tests.helpers import REPO, free_port, wait_until
+from tests.helpers import REPO, free_port, stop_process, wait_until
 
 
 @contextlib.contextmanager
@@ -32,12 +32,7 @@ def serving(args: list[str], port: int, what: str) -> Iterator[str]:
         wait_until(up, timeout=30, what=what)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # uvicorn waits for open keep-alive connections
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=5)  # uvicorn waits for open keep-alive connections
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import httpx
 
-from tests.helpers import PYTHON, REPO, clean_env, free_port, wait_until
+from tests.helpers import PYTHON, REPO, clean_env, free_port, stop_process, wait_until
 from tests.host import login
 
 from .seed import ADMIN
@@ -135,11 +135,7 @@ class SecureHost:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
         if self.http_server is not None:
-            self.http_server.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.http_server.wait(timeout=10)
-            if self.http_server.poll() is None:
-                self.http_server.kill()
+            stop_process(self.http_server)
 
     # --- use --------------------------------------------------------------------------------------
 
