@@ -335,19 +335,36 @@ class _Stored(NamedTuple):
     class_override: str
 
 
+class _Texts:
+    """JSON values whose text is known already, found by identity (each is kept with its
+    text, so that no other object takes its id)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, str]] = {}
+
+    def add(self, value: Any, text: str) -> None:
+        self._by_id[id(value)] = (value, text)
+
+    def get(self, value: Any) -> str | None:
+        entry = self._by_id.get(id(value))
+        return entry[1] if entry is not None and entry[0] is value else None
+
+
 class _Preparer:
     """Prepares values of `fields` for the database as `field.get_db_prep_save(value)` does,
     for many rows.
 
     Strings go to text columns as they are (what preparing them does). Values that recur from
     row to row (the server's key, a status, the time of the refresh, an empty list of icons)
-    are prepared once per field, type and value. Other values (a JSON object, a float) are
-    prepared by their field each time."""
+    are prepared once per field, type and value. A JSON value whose text is known (`texts`)
+    is given as that text, as its field gives its own encoding. Other values (a JSON object,
+    a float) are prepared by their field each time."""
 
-    def __init__(self, fields: list[Field]) -> None:
+    def __init__(self, fields: list[Field], texts: _Texts | None = None) -> None:
         kinds = {f.attname: f.get_internal_type() for f in fields}
         self.text = frozenset(name for name, kind in kinds.items() if kind in ("CharField", "TextField"))
         self.json = frozenset(name for name, kind in kinds.items() if kind == "JSONField")
+        self._texts = texts
         self._recurring: dict[tuple[str, type, Any], Any] = {}
 
     def __call__(self, f: Field, value: Any) -> Any:
@@ -355,6 +372,10 @@ class _Preparer:
             return value
         if isinstance(value, dict | list | float):  # objects; 0.0 == -0.0 but they differ
             if value or isinstance(value, float):
+                if self._texts is not None and f.attname in self.json:
+                    text = self._texts.get(value)
+                    if text is not None:
+                        return _json_param(text)
                 return f.get_db_prep_save(value, connection=connection)
             key = (f.attname, type(value), None)
         else:
@@ -368,12 +389,24 @@ class _Preparer:
             return f.get_db_prep_save(value, connection=connection)
 
 
-def _update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any]]]) -> None:
+def _json_param(text: str) -> Any:
+    """A JSON value's text as a statement's parameter, where its field would give the value
+    (`adapt_json_value`): PostgreSQL's is typed jsonb, the others' is the text."""
+    if connection.vendor == "postgresql":
+        from psycopg.types.json import Jsonb
+
+        return Jsonb(text, dumps=str)
+    return text
+
+
+def _update_rows(
+    fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any]]], texts: _Texts | None = None
+) -> None:
     """Set `fields` of each tool `(pk, values)` as `save(update_fields=fields)` would: one
     statement, executed for every row (`executemany`: SQLite runs it prepared, psycopg in one
     pipeline). `bulk_update` would send a single statement but builds a CASE WHEN per field
     and row in the ORM: ~2 ms of CPU per tool, more than the row-by-row saves it replaces.
-    Values are prepared as each field prepares them (`_Preparer`)."""
+    Values are prepared as each field prepares them (`_Preparer`, given `texts`)."""
     meta = Tool._meta
     columns = [meta.get_field(name) for name in fields]
     quote = connection.ops.quote_name
@@ -382,7 +415,7 @@ def _update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any
         ", ".join(f"{quote(f.column)} = %s" for f in columns),
         quote(meta.pk.column),
     )
-    prepare = _Preparer(columns)
+    prepare = _Preparer(columns, texts)
     rows = [[*(prepare(f, values[f.name]) for f in columns), pk] for pk, values in updates]
     _execute_many(sql, rows)
 
@@ -408,7 +441,7 @@ def _execute_many(sql: str, rows: list[list[Any]]) -> None:
         cursor.executemany(sql, rows)
 
 
-def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
+def _insert_rows(rows: list[dict[str, Any]], now: datetime, texts: _Texts | None = None) -> None:
     """Insert new tools, each given as `{attname: value}`, as `bulk_create` would write them
     (each missing field's default, `now` for `auto_now_add`, each value as its field
     prepares it for the database), in one statement for every row (`_write_rows`).
@@ -417,7 +450,8 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
     row done once: strings go to text columns as they are (what preparing them does), the
     fields a row does not give and the values that recur are prepared once, and one JSON
     value given for two columns (a trusted tool's definition and its pin) is encoded once,
-    to the text Django's JSON field would send."""
+    to the text Django's JSON field would send, or not at all where its text is known
+    (`texts`)."""
     meta = Tool._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key]
     missing = {
@@ -440,7 +474,8 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime) -> None:
             value = row[name]
             if name in prepare.json and isinstance(value, dict | list) and value:
                 if id(value) not in encoded:
-                    encoded[id(value)] = json.dumps(value, cls=f.encoder)  # type: ignore[attr-defined]
+                    known = texts.get(value) if texts is not None else None
+                    encoded[id(value)] = known if known is not None else json.dumps(value, cls=f.encoder)  # type: ignore[attr-defined]
                 prepared.append(encoded[id(value)])
             else:
                 prepared.append(prepare(f, value))
@@ -503,13 +538,19 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         if moving:
             _update_rows(("exposed_name",), [(t.pk, {"exposed_name": f"~{t.pk}"}) for t in moving])
         to_create: list[dict[str, Any]] = []
+        # The definitions written, with the text `stored_definition` encoded them to, for
+        # PostgreSQL's jsonb, which keeps the value and not the text (SQLite keeps the text
+        # as Django's JSON field writes it).
+        texts = _Texts() if connection.vendor == "postgresql" else None
         # Tools to update, by the fields that change (each row is written as its save would).
         to_update: dict[tuple[str, ...], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
         for name, definition in by_name.items():
             names = exposed[name]
             tool = current.get(name)
             if tool is None:
-                definition, digest = stored_definition(definition)
+                definition, digest, text = stored_definition(definition)
+                if texts is not None:
+                    texts.add(definition, text)
                 trusted_new = server.trusted
                 to_create.append(
                     {
@@ -537,7 +578,9 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
             # The stored hash is the hash of the stored definition (they are only ever written
             # together, here), so a definition that is the same needs no hashing.
             if not _same_json(definition, tool.definition):
-                definition, digest = stored_definition(definition)
+                definition, digest, text = stored_definition(definition)
+                if texts is not None:
+                    texts.add(definition, text)
                 if digest == tool.definition_hash and definition != tool.definition:
                     # Outside the pin (icons, _meta): keep what is shown current, nothing to review.
                     update.update(definition=definition, **_display_fields(definition))
@@ -558,9 +601,9 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
             if update:
                 to_update[tuple(sorted(update))].append((tool.pk, update))
         for fields, updates in to_update.items():
-            _update_rows(fields, updates)
+            _update_rows(fields, updates, texts)
         if to_create:
-            _insert_rows(to_create, now)
+            _insert_rows(to_create, now, texts)
         server.tools_refreshed_at = now
         server.last_refresh_at = now
         server.stale = False

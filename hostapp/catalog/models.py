@@ -3,7 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.validators import RegexValidator
@@ -173,21 +173,48 @@ def storable(value: Any) -> Any:
     return value
 
 
-def stored_definition(definition: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The definition as it is stored (`storable`) and its hash (`definition_hash`).
+class StoredDefinition(NamedTuple):
+    """A tool's definition as it is stored (`storable`), its hash (`definition_hash`) and
+    its JSON text (what its column is given)."""
+
+    definition: dict[str, Any]
+    digest: str
+    text: str
+
+
+_PINNED_IN_ORDER = tuple(sorted(PINNED_KEYS))
+
+
+def _encoded(definition: dict[str, Any]) -> tuple[str, str]:
+    """The pin's text (`_pinned_text`) and the whole definition's JSON text, from one
+    encoding of each value: the pin's keys are a part of the definition's, and the canonical
+    encoding of an object is its keys in order, each with its value's canonical encoding
+    (the definition's text keeps its own order of keys: a JSON column needs none).
+    Raises ValueError for a NaN (as `_pinned_text`) and TypeError for a key that is not a
+    string (no listing has one: JSON keys are strings)."""
+    pieces = {}
+    for key, value in definition.items():
+        if type(key) is not str:
+            raise TypeError(f"a definition's key is not a string: {key!r}")
+        pieces[key] = _canonical(value)
+    pinned = "{" + ",".join(f'"{key}":{pieces.get(key, "null")}' for key in _PINNED_IN_ORDER) + "}"
+    text = "{" + ",".join(f"{_canonical(key)}:{piece}" for key, piece in pieces.items()) + "}"
+    return pinned, text
+
+
+def stored_definition(definition: dict[str, Any]) -> StoredDefinition:
+    """The definition as it is stored, its hash and its text (`StoredDefinition`).
 
     A clean definition (nearly all) is returned as it is, checked by the encoding its hash
-    needs anyway (and one of the few keys outside the pin, if there are any); only one that
-    holds something to change is copied."""
+    and its text need anyway; only one that holds something to change is copied."""
     try:
-        pinned = _pinned_text(definition)
-        rest = [item for key, item in definition.items() if key not in PINNED_KEYS]
-        if "\\u0000" not in pinned and not (rest and "\\u0000" in _canonical(rest)):
-            return definition, hashlib.sha256(pinned.encode()).hexdigest()
-    except ValueError:  # a NaN or an infinity
+        pinned, text = _encoded(definition)
+        if "\\u0000" not in text:
+            return StoredDefinition(definition, hashlib.sha256(pinned.encode()).hexdigest(), text)
+    except (ValueError, TypeError):  # a NaN or an infinity; a key that is not a string
         pass
     clean = storable(definition)
-    return clean, definition_hash(clean)
+    return StoredDefinition(clean, definition_hash(clean), json.dumps(clean))
 
 
 class Tool(models.Model):

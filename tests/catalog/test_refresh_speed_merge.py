@@ -302,9 +302,9 @@ def test_changed_tools_are_written_as_save_writes_them(trusted: bool, monkeypatc
     updates: list[tuple[tuple[str, ...], list[tuple[int, dict[str, Any]]]]] = []
     update_rows = actions._update_rows
 
-    def spy(fields: tuple[str, ...], rows: list[tuple[int, dict[str, Any]]]) -> None:
+    def spy(fields: tuple[str, ...], rows: list[tuple[int, dict[str, Any]]], texts: Any = None) -> None:
         updates.append((fields, rows))
-        update_rows(fields, rows)
+        update_rows(fields, rows, texts)
 
     monkeypatch.setattr(actions, "_update_rows", spy)
     listed(server, *revised)
