@@ -224,9 +224,12 @@ class Tool(models.Model):
     CHANGED = "changed"
     NEW = "new"
 
-    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="tools")
+    # Indexed by the unique (server, original_name), which serves lookups by server too, and
+    # by the unique exposed name: no index of their own, none for pattern matching (which
+    # `unique=True` adds on PostgreSQL). Every index is written with each row.
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="tools", db_index=False)
     original_name = models.CharField(max_length=512)
-    exposed_name = models.CharField(max_length=64, unique=True)
+    exposed_name = models.CharField(max_length=64)
     name_warning = models.CharField(max_length=300, blank=True)
 
     # What the server says now (raw), and what a person accepted (the pin).
@@ -258,6 +261,7 @@ class Tool(models.Model):
         ordering = ["exposed_name"]
         constraints = [
             models.UniqueConstraint(fields=["server", "original_name"], name="tool_unique_per_server"),
+            models.UniqueConstraint(fields=["exposed_name"], name="tool_unique_exposed_name"),
         ]
         indexes = [
             # The catalog filters by status and class; search scans the rest.
