@@ -107,12 +107,15 @@ def sync(servers: Iterable[Server]) -> Pool:
     return pool
 
 
-# What the pool reports is handled on a thread of its own, in batches: what waits when the
-# thread gets to it (it waits for nothing more: the pages and the outbox read these states).
-# The states of a batch are stored in one transaction, the latest per server: many servers
-# connecting at once are a few transactions, and a "connecting" that "ready" followed while
-# it waited is not written. The thread keeps its database session until idle for IDLE_CLOSE
-# seconds.
+# What the pool reports is handled on a thread of its own, in batches: what arrives within
+# WINDOW seconds of a batch's first event, and what waits when the thread gets to it. The
+# states of a batch are stored in one transaction, the latest per server: many servers
+# connecting at once are a few transactions, and a state another followed within the window
+# (a new slot's "idle" before its "connecting", a quick "connecting" before its "ready") is
+# not written, nor sent to the pages. The window is short next to what the pages and the
+# outbox do with these states. The thread keeps its database session until idle for
+# IDLE_CLOSE seconds.
+WINDOW = 0.05
 IDLE_CLOSE = 2.0
 
 
@@ -131,7 +134,7 @@ def _handle_events(batch: list[PoolEvent]) -> None:
 
 
 events: Batcher[PoolEvent] = with_session(
-    "catalog-pool-events", _handle_events, window=lambda: 0.0, limit=1000, idle=IDLE_CLOSE
+    "catalog-pool-events", _handle_events, window=lambda: WINDOW, limit=1000, idle=IDLE_CLOSE
 )
 
 

@@ -53,6 +53,24 @@ def test_a_burst_stores_the_latest_state_of_each_server_once(sent: list[tuple[st
     ]
 
 
+def test_states_within_the_window_after_a_batchs_first_are_one_write(
+    monkeypatch: pytest.MonkeyPatch, sent: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """A new slot's "idle" and the "connecting" that follows it a moment later (a refresh
+    that adds a server to the pool and connects it) are stored, and sent, once."""
+    make_server("a")
+    monkeypatch.setattr(catalog_pool, "WINDOW", 0.5)  # wide, for a slow machine
+    catalog_pool._on_event(state("a", "idle"))
+    time.sleep(0.05)  # the thread has the first event by now, and waits out the window
+    catalog_pool._on_event(state("a", "connecting"))
+    handled()
+
+    assert Server.objects.get(name="a").state == "connecting"
+    assert [(data["names"], data["state"]) for kind, data in sent if kind == "server.changed"] == [
+        (["a"], "connecting")
+    ]
+
+
 def test_a_state_for_a_server_that_is_gone_is_dropped_and_the_others_stored() -> None:
     make_server("a")
     catalog_pool._on_event(state("gone", "ready"))
