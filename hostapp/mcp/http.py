@@ -9,7 +9,13 @@ transport is wrapped by :class:`GuardedTransport`, which
 * records, for the call being made, whether the request left (the connection was
   established) and the HTTP status that came back. The SDK reports every non-2xx reply
   as the same JSON-RPC error; the trace is how the layer tells a 429 from a 401 from a
-  500, and "never sent" from "sent, answer lost".
+  500, and "never sent" from "sent, answer lost";
+* sends a request again, once, when its connection ended before any answer and repeating
+  it changes nothing on the server (`repeatable`). HTTP servers close idle kept-alive
+  connections (uvicorn and Node after 5 seconds), and a request sent on one as it closes
+  gets no answer. Without this, the SDK takes the error for the end of the whole
+  connection, and every request in flight on it is lost with it. A tool call is never
+  repeated: the server may have acted on it.
 
 The trace travels in a context variable: the SDK sends each POST from a task started in
 the caller's context, so the variable set around ``call_tool`` is the one the
@@ -20,11 +26,48 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import json
+import logging
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx2
+
+logger = logging.getLogger(__name__)
+
+# JSON-RPC requests that read and change nothing on the server: to send one again is safe.
+# (`initialize` and `subscriptions/listen` start something, which the server drops with the
+# connection that asked for it.)
+REPEATABLE_METHODS = frozenset(
+    {
+        "initialize", "ping", "server/discover", "subscriptions/listen",
+        "tools/list", "prompts/list", "prompts/get", "resources/list", "resources/templates/list",
+        "resources/read", "completion/complete",
+    }
+)  # fmt: skip
+
+# How long an idle connection is kept for the next request: less than the 5 seconds after
+# which uvicorn and Node close theirs, so that the host is the one to close it.
+KEEPALIVE_EXPIRY = 4.0
+
+# What a connection that ended before the answer's status line raises.
+_ENDED_UNANSWERED = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
+
+
+def repeatable(request: httpx2.Request) -> bool:
+    """Whether sending `request` again changes nothing on the server: a GET (a stream of
+    server messages), a DELETE (the end of a session), or a POST of one JSON-RPC request
+    whose method is in `REPEATABLE_METHODS` (a notification has no answer to wait for)."""
+    if request.method in ("GET", "DELETE"):
+        return True
+    if request.method != "POST":
+        return False
+    try:
+        message = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError):
+        return False
+    return isinstance(message, dict) and "id" in message and message.get("method") in REPEATABLE_METHODS
 
 
 class ResponseTooLarge(httpx2.StreamError):
@@ -84,7 +127,15 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         trace = current_trace.get()
         try:
-            response = await self.inner.handle_async_request(request)
+            try:
+                response = await self.inner.handle_async_request(request)
+            except _ENDED_UNANSWERED as exc:
+                if not repeatable(request):
+                    raise
+                logger.info(
+                    "%s %s: the connection ended unanswered (%r); sending it again", request.method, request.url, exc
+                )
+                response = await self.inner.handle_async_request(request)
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
             if trace is not None:
                 trace.connect_failed = True
@@ -133,7 +184,12 @@ def make_http_client(
     auth: httpx2.Auth | None = None,
 ) -> httpx2.AsyncClient:
     """An AsyncClient for one MCP server: its headers, our caps, the SDK's timeouts."""
-    transport = GuardedTransport(httpx2.AsyncHTTPTransport(retries=0, verify=_ssl_context()), max_body_bytes)
+    transport = GuardedTransport(
+        httpx2.AsyncHTTPTransport(
+            retries=0, verify=_ssl_context(), limits=httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
+        ),
+        max_body_bytes,
+    )
     return httpx2.AsyncClient(
         headers=headers or {},
         timeout=httpx2.Timeout(timeout, read=read_timeout),
