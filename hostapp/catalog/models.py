@@ -142,8 +142,7 @@ class Server(models.Model):
 PINNED_KEYS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 def _pinned_text(definition: dict[str, Any]) -> str:
@@ -183,6 +182,7 @@ class StoredDefinition(NamedTuple):
 
 
 _PINNED_IN_ORDER = tuple(sorted(PINNED_KEYS))
+_string = json.encoder.encode_basestring  # a key, as `_canonical` writes it (ensure_ascii=False)
 
 
 def _encoded(definition: dict[str, Any]) -> tuple[str, str]:
@@ -198,7 +198,7 @@ def _encoded(definition: dict[str, Any]) -> tuple[str, str]:
             raise TypeError(f"a definition's key is not a string: {key!r}")
         pieces[key] = _canonical(value)
     pinned = "{" + ",".join(f'"{key}":{pieces.get(key, "null")}' for key in _PINNED_IN_ORDER) + "}"
-    text = "{" + ",".join(f"{_canonical(key)}:{piece}" for key, piece in pieces.items()) + "}"
+    text = "{" + ",".join(f"{_string(key)}:{piece}" for key, piece in pieces.items()) + "}"
     return pinned, text
 
 

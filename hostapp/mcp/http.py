@@ -48,7 +48,8 @@ REPEATABLE_METHODS = frozenset(
 )  # fmt: skip
 
 # How long an idle connection is kept for the next request: less than the 5 seconds after
-# which uvicorn and Node close theirs, so that the host is the one to close it.
+# which uvicorn and Node close theirs, so that the host is the one to close it. (The other
+# limits are httpx's defaults, which a `Limits` given leaves unset.)
 KEEPALIVE_EXPIRY = 4.0
 
 # What a connection that ended before the answer's status line raises.
@@ -186,7 +187,9 @@ def make_http_client(
     """An AsyncClient for one MCP server: its headers, our caps, the SDK's timeouts."""
     transport = GuardedTransport(
         httpx2.AsyncHTTPTransport(
-            retries=0, verify=_ssl_context(), limits=httpx2.Limits(keepalive_expiry=KEEPALIVE_EXPIRY)
+            retries=0,
+            verify=_ssl_context(),
+            limits=httpx2.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY),
         ),
         max_body_bytes,
     )

@@ -48,7 +48,7 @@ def test_the_pin_is_definition_hash_and_the_text_is_the_stored_definition(defini
 def test_a_clean_definition_is_returned_as_it_is(definition: dict[str, Any]) -> None:
     """No copy when there is nothing to change (nearly every listing)."""
     clean = storable(definition)
-    if _same_json(clean, definition) and "\x00" not in json.dumps(definition):
+    if _same_json(clean, definition) and "\\u0000" not in json.dumps(definition):
         assert stored_definition(definition).definition is definition
 
 

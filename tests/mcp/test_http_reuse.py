@@ -157,3 +157,9 @@ def test_the_trace_of_a_repeated_request_is_the_answered_one(server: ClosingServ
 
     trace = asyncio.run(go())
     assert (trace.sent, trace.status, trace.error, trace.connect_failed) == (True, 200, "", False)
+
+
+def test_the_client_keeps_httpxs_connection_limits_with_its_shorter_keepalive() -> None:
+    client = make_http_client(max_body_bytes=1 << 20)
+    pool = client._transport.inner._pool  # type: ignore[attr-defined]
+    assert (pool._max_connections, pool._max_keepalive_connections, pool._keepalive_expiry) == (100, 20, 4.0)
