@@ -6,10 +6,12 @@ Live events leave only after commit.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -336,18 +338,36 @@ class _Stored(NamedTuple):
 
 
 class _Texts:
-    """JSON values whose text is known already, found by identity (each is kept with its
-    text, so that no other object takes its id)."""
+    """The JSON text of values about to be written, found by identity (each is kept with its
+    text, so that no other object takes its id): a value given for two columns (a trusted
+    tool's definition and its pin) is encoded once, and on PostgreSQL a definition is
+    written as the text `stored_definition` encoded it to (`stored`)."""
 
     def __init__(self) -> None:
+        # PostgreSQL's jsonb keeps the value, not the text; SQLite keeps the text as Django's
+        # JSON field writes it (`encoded`).
+        self.keep_stored = connection.vendor == "postgresql"
         self._by_id: dict[int, tuple[Any, str]] = {}
-
-    def add(self, value: Any, text: str) -> None:
-        self._by_id[id(value)] = (value, text)
 
     def get(self, value: Any) -> str | None:
         entry = self._by_id.get(id(value))
         return entry[1] if entry is not None and entry[0] is value else None
+
+    def encoded(self, value: Any, encode: Callable[[Any], str]) -> str:
+        """The text of `value`: the one known, or `encode(value)`, then known."""
+        text = self.get(value)
+        if text is None:
+            text = encode(value)
+            self._by_id[id(value)] = (value, text)
+        return text
+
+    def stored(self, definition: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """`stored_definition` (the definition as stored, its hash), its text kept where it is
+        written as it is."""
+        stored = stored_definition(definition, with_text=self.keep_stored)
+        if stored.text is not None:
+            self._by_id[id(stored.definition)] = (stored.definition, stored.text)
+        return stored.definition, stored.digest
 
 
 class _Preparer:
@@ -451,7 +471,7 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime, texts: _Texts | None
     fields a row does not give and the values that recur are prepared once, and one JSON
     value given for two columns (a trusted tool's definition and its pin) is encoded once,
     to the text Django's JSON field would send, or not at all where its text is known
-    (`texts`)."""
+    (`_Texts`)."""
     meta = Tool._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key]
     missing = {
@@ -462,10 +482,11 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime, texts: _Texts | None
         for f in fields
     }
     prepare = _Preparer(fields)
+    texts = texts if texts is not None else _Texts()
+    dumps = {f.attname: functools.partial(json.dumps, cls=f.encoder) for f in fields if f.attname in prepare.json}  # type: ignore[attr-defined]
     prepared_rows = []
     for row in rows:
         prepared = []
-        encoded: dict[int, str] = {}  # id(JSON object) -> its text, within the row
         for f in fields:
             name = f.attname
             if name not in row:
@@ -473,10 +494,7 @@ def _insert_rows(rows: list[dict[str, Any]], now: datetime, texts: _Texts | None
                 continue
             value = row[name]
             if name in prepare.json and isinstance(value, dict | list) and value:
-                if id(value) not in encoded:
-                    known = texts.get(value) if texts is not None else None
-                    encoded[id(value)] = known if known is not None else json.dumps(value, cls=f.encoder)  # type: ignore[attr-defined]
-                prepared.append(encoded[id(value)])
+                prepared.append(texts.encoded(value, dumps[name]))
             else:
                 prepared.append(prepare(f, value))
         prepared_rows.append(prepared)
@@ -538,19 +556,14 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         if moving:
             _update_rows(("exposed_name",), [(t.pk, {"exposed_name": f"~{t.pk}"}) for t in moving])
         to_create: list[dict[str, Any]] = []
-        # The definitions written, with the text `stored_definition` encoded them to, for
-        # PostgreSQL's jsonb, which keeps the value and not the text (SQLite keeps the text
-        # as Django's JSON field writes it).
-        texts = _Texts() if connection.vendor == "postgresql" else None
+        texts = _Texts()  # the definitions written, encoded once
         # Tools to update, by the fields that change (each row is written as its save would).
         to_update: dict[tuple[str, ...], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
         for name, definition in by_name.items():
             names = exposed[name]
             tool = current.get(name)
             if tool is None:
-                definition, digest, text = stored_definition(definition)
-                if texts is not None:
-                    texts.add(definition, text)
+                definition, digest = texts.stored(definition)
                 trusted_new = server.trusted
                 to_create.append(
                     {
@@ -578,9 +591,7 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
             # The stored hash is the hash of the stored definition (they are only ever written
             # together, here), so a definition that is the same needs no hashing.
             if not _same_json(definition, tool.definition):
-                definition, digest, text = stored_definition(definition)
-                if texts is not None:
-                    texts.add(definition, text)
+                definition, digest = texts.stored(definition)
                 if digest == tool.definition_hash and definition != tool.definition:
                     # Outside the pin (icons, _meta): keep what is shown current, nothing to review.
                     update.update(definition=definition, **_display_fields(definition))

@@ -173,48 +173,50 @@ def storable(value: Any) -> Any:
 
 
 class StoredDefinition(NamedTuple):
-    """A tool's definition as it is stored (`storable`), its hash (`definition_hash`) and
-    its JSON text (what its column is given)."""
+    """A tool's definition as it is stored (`storable`), its hash (`definition_hash`) and,
+    if asked for, its JSON text."""
 
     definition: dict[str, Any]
     digest: str
-    text: str
+    text: str | None
 
 
 _PINNED_IN_ORDER = tuple(sorted(PINNED_KEYS))
 _string = json.encoder.encode_basestring  # a key, as `_canonical` writes it (ensure_ascii=False)
 
 
-def _encoded(definition: dict[str, Any]) -> tuple[str, str]:
-    """The pin's text (`_pinned_text`) and the whole definition's JSON text, from one
-    encoding of each value: the pin's keys are a part of the definition's, and the canonical
-    encoding of an object is its keys in order, each with its value's canonical encoding
-    (the definition's text keeps its own order of keys: a JSON column needs none).
-    Raises ValueError for a NaN (as `_pinned_text`) and TypeError for a key that is not a
-    string (no listing has one: JSON keys are strings)."""
+def _encoded(definition: dict[str, Any], with_text: bool) -> tuple[str, str | None]:
+    """The pin's text (`_pinned_text`) and (`with_text`) the whole definition's JSON text,
+    from one encoding of each value: the pin's keys are a part of the definition's, and the
+    canonical encoding of an object is its keys in order, each with its value's canonical
+    encoding (the definition's text keeps its own order of keys: a JSON column needs none).
+    Raises ValueError for what `storable` changes (a NaN or an infinity, as `_pinned_text`
+    does, and a NUL character), TypeError for a key that is not a string (no listing has
+    one: JSON keys are strings) or a value that is not JSON."""
     pieces = {}
     for key, value in definition.items():
         if type(key) is not str:
             raise TypeError(f"a definition's key is not a string: {key!r}")
-        pieces[key] = _canonical(value)
+        piece = pieces[key] = _canonical(value)
+        if "\\u0000" in piece or "\x00" in key:
+            raise ValueError("a NUL character")
     pinned = "{" + ",".join(f'"{key}":{pieces.get(key, "null")}' for key in _PINNED_IN_ORDER) + "}"
-    text = "{" + ",".join(f"{_string(key)}:{piece}" for key, piece in pieces.items()) + "}"
-    return pinned, text
+    if not with_text:
+        return pinned, None
+    return pinned, "{" + ",".join(f"{_string(key)}:{piece}" for key, piece in pieces.items()) + "}"
 
 
-def stored_definition(definition: dict[str, Any]) -> StoredDefinition:
-    """The definition as it is stored, its hash and its text (`StoredDefinition`).
+def stored_definition(definition: dict[str, Any], *, with_text: bool = True) -> StoredDefinition:
+    """The definition as it is stored, its hash and (`with_text`) its text (`StoredDefinition`).
 
     A clean definition (nearly all) is returned as it is, checked by the encoding its hash
-    and its text need anyway; only one that holds something to change is copied."""
+    needs anyway; only one that holds something to change is copied."""
     try:
-        pinned, text = _encoded(definition)
-        if "\\u0000" not in text:
-            return StoredDefinition(definition, hashlib.sha256(pinned.encode()).hexdigest(), text)
-    except (ValueError, TypeError):  # a NaN or an infinity; a key that is not a string
-        pass
-    clean = storable(definition)
-    return StoredDefinition(clean, definition_hash(clean), json.dumps(clean))
+        pinned, text = _encoded(definition, with_text)
+    except (ValueError, TypeError):  # something to clean; a key that is not a string
+        clean = storable(definition)
+        return StoredDefinition(clean, definition_hash(clean), json.dumps(clean) if with_text else None)
+    return StoredDefinition(definition, hashlib.sha256(pinned.encode()).hexdigest(), text)
 
 
 class Tool(models.Model):

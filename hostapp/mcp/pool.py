@@ -569,10 +569,11 @@ class Pool:
         return result
 
     async def _list_tools(self, name: str, timeout: float | None) -> list[dict[str, Any]]:
-        # A listing changes nothing upstream, so a connection lost under it (an HTTP server
-        # closing a kept-alive connection, a restarted server) costs one more try on a new
-        # connection rather than a failed refresh, within the time one listing is given
-        # (what `list_tools` waits for). Tool calls are never repeated here.
+        # A listing changes nothing upstream, so a connection lost under it (a restarted
+        # server, an HTTP answer cut off midway; one closed before any answer is sent again
+        # by the HTTP transport itself) costs one more try on a new connection rather than a
+        # failed refresh, within the time one listing is given (what `list_tools` waits
+        # for). Tool calls are never repeated here.
         slot = self._slot(name)
         budget = timeout or slot.config.call_timeout
         deadline = time.monotonic() + budget + slot.config.connect_timeout

@@ -29,10 +29,6 @@ KEYS = st.sampled_from([*PINNED_KEYS, "icons", "_meta", "execution"]) | TEXT
 DEFINITIONS = st.dictionaries(KEYS, JSON, max_size=9)
 
 
-def _loads(text: str) -> Any:
-    return json.loads(text)
-
-
 @settings(max_examples=400, deadline=None)
 @given(DEFINITIONS)
 def test_the_pin_is_definition_hash_and_the_text_is_the_stored_definition(definition: dict[str, Any]) -> None:
@@ -40,7 +36,12 @@ def test_the_pin_is_definition_hash_and_the_text_is_the_stored_definition(defini
     clean = storable(definition)
     assert _same_json(stored.definition, clean)
     assert stored.digest == definition_hash(clean)
-    assert _same_json(_loads(stored.text), clean)
+    assert _same_json(json.loads(stored.text), clean)
+    # Without the text (SQLite writes its own): the same definition and pin.
+    without = stored_definition(definition, with_text=False)
+    assert without.text is None
+    assert _same_json(without.definition, clean)
+    assert without.digest == stored.digest
 
 
 @settings(max_examples=200, deadline=None)
