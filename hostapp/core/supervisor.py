@@ -6,7 +6,8 @@ then SIGKILL after a grace period), the embedded Redis last, so the worker can f
 its shutdown against it. The supervisor makes itself a child subreaper, so processes the
 children leave behind (MCP servers started over stdio by the web process or the worker)
 are re-parented to it and swept on the way out: no orphan survives. If the supervisor
-itself is killed outright, every child gets SIGTERM from the kernel and stops as usual.
+itself is killed outright, every child gets SIGTERM from the kernel and stops as usual;
+one still running after its grace is killed by its warden (see `lifeline.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 import psutil
@@ -31,18 +33,9 @@ logger = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
 
-# Started in front of every child: it asks Linux to send the child SIGTERM when the
-# supervisor dies (PR_SET_PDEATHSIG, kept across exec), then becomes the child. So a
-# supervisor killed with SIGKILL, which cannot stop anything itself, leaves nothing
-# running: each child shuts down as on a normal stop. (The signal follows the death of
-# the thread that started the child; the supervisor starts them all from its main thread.)
-_DIE_WITH_PARENT = """
-import ctypes, os, signal, sys
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
-if os.getppid() != int(sys.argv[1]):
-    sys.exit("the supervisor is gone")
-os.execvp(sys.argv[2], sys.argv[2:])
-"""
+# Started in front of every child (a script, run without importing the host): if the
+# supervisor dies, the child gets SIGTERM from the kernel and, after its grace, SIGKILL.
+LIFELINE = str(Path(__file__).with_name("lifeline.py"))
 
 
 def become_subreaper() -> bool:
@@ -117,7 +110,7 @@ class Supervisor:
             self.children.append(child)
         argv = list(spec.argv)
         if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
-            argv = [sys.executable, "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
+            argv = [sys.executable, "-S", LIFELINE, str(os.getpid()), str(spec.grace), *argv]
         proc = subprocess.Popen(
             argv,
             env=self.env,
@@ -159,6 +152,7 @@ class Supervisor:
                     continue
                 code = proc.returncode
                 child.proc = None
+                self._reap_orphans()  # its warden, which ended with it
                 if not child.spec.restart:
                     self.say("run", f"{child.spec.name} exited with status {code}; stopping")
                     self.exit_code = 1
@@ -176,6 +170,16 @@ class Supervisor:
                 child.next_start = now + delay
             if on_tick is not None:
                 on_tick()
+
+    def _reap_orphans(self) -> None:
+        """Collect the exit status of processes that ended after being re-parented to us
+        (none of them a child we started), so that they do not stay as zombies."""
+        ours = {c.proc.pid for c in self.children if c.proc is not None}
+        with contextlib.suppress(psutil.Error):
+            for p in psutil.Process().children():
+                if p.pid not in ours and p.status() == psutil.STATUS_ZOMBIE:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(p.pid, os.WNOHANG)
 
     def stop_child(self, child: _Child) -> None:
         proc = child.proc

@@ -157,7 +157,8 @@ def test_the_supervisor_sweeps_orphans_left_in_other_sessions(tmp_path: Path) ->
 
 def test_a_killed_supervisor_leaves_no_process_running(tmp_path: Path) -> None:
     """SIGKILL gives the supervisor no chance to stop anything: the kernel tells each child,
-    and each shuts down as on a normal stop (the web and worker stop their MCP servers)."""
+    and each shuts down as on a normal stop (the web and worker stop their MCP servers); one
+    still running after its grace is killed by its warden."""
     host = RunningHost(tmp_path)
     procs: list[psutil.Process] = []
     try:
