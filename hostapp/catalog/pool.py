@@ -55,6 +55,19 @@ def get_pool() -> Pool:
         return _pool
 
 
+def _forget_pool_after_fork() -> None:
+    """A forked child (a prefork Celery pool's, say) starts without a pool: the parent's
+    runs on a thread the child does not have, and its connections and servers are the
+    parent's to close. The child's first use starts its own."""
+    global _lock, _pool, _versions
+    _lock = threading.Lock()
+    _pool = None
+    _versions = {}
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def runtime_config(server: Server) -> ServerConfig:
     """The server's configuration as this host runs it: a stdio server without a working
     directory starts in the project directory (where `servers/` is)."""
