@@ -78,7 +78,7 @@ def _kill(pid: int, group: bool = False) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _warden(libc: ctypes.CDLL, supervisor: int, child: int, grace: float) -> None:
+def _warden(libc: ctypes.CDLL, supervisor: int, watch: int | None, child: int, grace: float) -> None:
     """The forked warden's whole life; it never returns."""
     try:
         _prctl_pdeathsig(libc, signal.SIGKILL)  # the child is our parent: we end with it
@@ -91,15 +91,11 @@ def _warden(libc: ctypes.CDLL, supervisor: int, child: int, grace: float) -> Non
         # A normal stop signals the whole group; the supervisor then does the waiting.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        try:
-            watch = os.pidfd_open(supervisor)
-        except ProcessLookupError:
-            pass  # gone already
-        except OSError:  # a kernel without pidfds (before 5.3): ask every half second
+        if watch is not None:
+            select.select([watch], [], [])
+        else:  # a kernel without pidfds (before 5.3): ask every half second
             while _alive(supervisor):
                 time.sleep(0.5)
-        else:
-            select.select([watch], [], [])
         # The supervisor is gone and the kernel has sent the child SIGTERM: its grace starts.
         time.sleep(grace)
         for pid in descendants(child):
@@ -116,9 +112,17 @@ def main(argv: list[str]) -> None:
     _prctl_pdeathsig(libc, signal.SIGTERM)
     if os.getppid() != supervisor:
         sys.exit("the supervisor is gone")
+    # Opened while the supervisor is certainly our parent, so the pid is not yet anyone
+    # else's; closed on exec (pidfds are), so the program does not hold it.
+    try:
+        watch: int | None = os.pidfd_open(supervisor)
+    except ProcessLookupError:
+        sys.exit("the supervisor is gone")
+    except OSError:
+        watch = None
     child = os.getpid()
     if os.fork() == 0:
-        _warden(libc, supervisor, child, grace)
+        _warden(libc, supervisor, watch, child, grace)
     os.execvp(program[0], program)
 
 
