@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import beat_init, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostapp.settings")
 
@@ -23,3 +23,12 @@ def _tune_gc(**kwargs: Any) -> None:
     from hostapp.core.gc_tuning import tune_gc
 
     logging.getLogger(__name__).info("garbage collector thresholds %s", tune_gc())
+
+
+@worker_init.connect
+@beat_init.connect
+def _dump_stacks_on_request(**kwargs: Any) -> None:
+    """Under `manage.py run`, a worker or beat stuck in its stop shows its stacks first."""
+    from hostapp.core.supervisor import dump_stacks_on
+
+    dump_stacks_on()

@@ -38,6 +38,23 @@ PR_SET_CHILD_SUBREAPER = 36
 LIFELINE = str(Path(__file__).with_name("lifeline.py"))
 
 
+# How long a child stuck in its stop gets to write its threads' stacks before SIGKILL.
+STACKS_WAIT = 1.0
+# The signal on which the host's own processes write their threads' stacks (SIGUSR1 is
+# Celery's for the same purpose, in Python code; this one is answered by the interpreter
+# itself, even while a thread holds the GIL).
+STACKS_SIGNAL = signal.SIGUSR2
+
+
+def dump_stacks_on(sig: int = STACKS_SIGNAL) -> None:
+    """Write every thread's stack to stderr on `sig` (for a supervisor about to kill us).
+    The process's own stderr: Celery replaces `sys.stderr` with a logger."""
+    import faulthandler
+
+    if sys.__stderr__ is not None:
+        faulthandler.register(sig, file=sys.__stderr__, all_threads=True)
+
+
 def become_subreaper() -> bool:
     """Ask Linux to re-parent our orphaned descendants to us instead of to init."""
     if not sys.platform.startswith("linux"):
@@ -60,6 +77,9 @@ class ChildSpec:
     restart: bool = True
     quick_exit: float = 10.0
     max_quick_exits: int = 5
+    # A child that writes its threads' stacks on this signal (`dump_stacks_on`) is asked
+    # to before it is killed for not stopping: the console then says what it was stuck on.
+    stacks_signal: int | None = None
 
 
 @dataclass
@@ -190,6 +210,12 @@ class Supervisor:
             proc.wait(timeout=child.spec.grace)
         except subprocess.TimeoutExpired:
             self.say("run", f"{child.spec.name} did not stop within {child.spec.grace:.0f}s; killing it")
+            if child.spec.stacks_signal is not None:
+                self.say("run", f"what {child.spec.name}'s threads were doing:")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, child.spec.stacks_signal)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=STACKS_WAIT)
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
         # The group may still hold helpers of the child (a prefork pool, say).

@@ -24,6 +24,8 @@ from urllib.parse import unquote
 from daphne import cli
 from daphne.access import AccessLogGenerator
 
+from hostapp.core.supervisor import dump_stacks_on
+
 # Parameter names whose values are credentials (compared case-insensitively).
 SECRET_PARAMS = frozenset(
     {
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     # daphne's command line builds its access log from this name; everything else is daphne's.
     cli.AccessLogGenerator = RedactingAccessLog  # type: ignore[misc]
     remember_content_types()
+    dump_stacks_on()  # under `manage.py run`: shown before a stuck stop is killed
     cli.CommandLineInterface().run(sys.argv[1:] if argv is None else argv)
 
 

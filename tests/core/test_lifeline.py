@@ -170,3 +170,36 @@ def test_descendants_walks_the_whole_tree() -> None:
             _kill_all(pid)
         tree.kill()
         tree.wait()
+
+
+def test_a_child_stuck_in_its_stop_shows_its_threads_before_it_is_killed(tmp_path: Path) -> None:
+    import io
+
+    from hostapp.core.supervisor import STACKS_SIGNAL, ChildSpec, Supervisor
+
+    ready = tmp_path / "ready"
+    stuck = textwrap.dedent(
+        f"""
+        import signal, time
+        from hostapp.core.supervisor import dump_stacks_on
+        dump_stacks_on()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+        def waiting_for_something_that_never_comes():
+            open({str(ready)!r}, "w").close()
+            time.sleep(600)
+
+        waiting_for_something_that_never_comes()
+        """
+    )
+    out = io.StringIO()
+    sup = Supervisor(env=clean_env(PYTHONPATH=str(REPO)), out=out)
+    sup.start(ChildSpec("stuck", [sys.executable, "-c", stuck], grace=1.0, stacks_signal=STACKS_SIGNAL))
+    wait_until(ready.exists, timeout=30, what="the child to be ready")
+
+    sup.stop_all()
+
+    said = out.getvalue()
+    assert "stuck did not stop within 1s; killing it" in said
+    assert "what stuck's threads were doing:" in said
+    assert "in waiting_for_something_that_never_comes" in said, said

@@ -21,6 +21,10 @@ from tests.host import RunningHost
 pytestmark = pytest.mark.slow
 
 
+# The host's own processes, by a part of their command lines.
+NAMES = {"web": "hostapp.core.web", "worker": "hostapp worker", "beat": "hostapp beat"}
+
+
 def _descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
@@ -70,6 +74,26 @@ def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_
         for part in ("redis-server", "hostapp.core.web", "worker", "beat", "servers.mailbox", "servers.tasks"):
             assert part in names, names
         assert (tmp_path / "redis.sock").exists()
+
+        # Each of the host's processes writes its threads' stacks when asked, as the
+        # supervisor does before it kills one stuck in its stop, and goes on running.
+        from hostapp.core.supervisor import STACKS_SIGNAL
+
+        for child in psutil.Process(host.proc.pid).children():
+            cmdline = " ".join(child.cmdline())
+            name = next((n for n, part in NAMES.items() if part in cmdline), None)
+            if name is None:
+                continue
+            child.send_signal(STACKS_SIGNAL)
+            label = f"{name:>6} | "
+            wait_until(
+                lambda label=label: any(
+                    line.startswith(label) and "most recent call first" in line for line in host.lines
+                ),
+                timeout=10,
+                what=f"{name}'s stacks",
+            )
+            assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE, name
 
         assert host.signal_and_wait(signal.SIGTERM) == 0
         gone, alive = psutil.wait_procs(procs, timeout=10)

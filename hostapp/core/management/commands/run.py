@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from hostapp.core.supervisor import ChildSpec, Supervisor, become_subreaper
+from hostapp.core.supervisor import STACKS_SIGNAL, ChildSpec, Supervisor, become_subreaper
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -124,17 +124,19 @@ class Command(BaseCommand):
             first_servers = import_bundled_servers(self.stdout)
             sup.start(
                 ChildSpec(
-                    "web", [py, "-m", "hostapp.core.web", "-b", host, "-p", str(port), "hostapp.asgi:application"]
+                    "web",
+                    [py, "-m", "hostapp.core.web", "-b", host, "-p", str(port), "hostapp.asgi:application"],
+                    stacks_signal=STACKS_SIGNAL,
                 )
             )
             if not options["no_worker"]:
                 worker = [py, "-m", "celery", "-A", "hostapp", "worker", "--pool", "threads"]
                 worker += ["--concurrency", str(concurrency), "-l", "INFO", "-n", "worker@%h", "--without-mingle"]
-                sup.start(ChildSpec("worker", worker, grace=20.0))
+                sup.start(ChildSpec("worker", worker, grace=20.0, stacks_signal=STACKS_SIGNAL))
             if not options["no_beat"]:
                 beat = [py, "-m", "celery", "-A", "hostapp", "beat", "-l", "INFO"]
                 beat += ["--schedule", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)]
-                sup.start(ChildSpec("beat", beat))
+                sup.start(ChildSpec("beat", beat, stacks_signal=STACKS_SIGNAL))
             if first_servers:
                 from hostapp.catalog.tasks import queue_refresh
 
