@@ -165,13 +165,11 @@ def _server_out(server: Server, count: int) -> dict[str, Any]:
 
 @api.get("/servers", response=responses(list[ServerOut]), tags=["servers"])
 def list_servers(request: HttpRequest) -> list[dict[str, Any]]:
-    from django.db.models import Count
-
     agent = _agent(request)
-    servers = Server.objects.annotate(n=Count("tools")).order_by("name")
+    servers = Server.objects.order_by("name")
     if agent is not None and agent.servers:
         servers = servers.filter(name__in=agent.servers)
-    return [_server_out(s, s.n) for s in servers]
+    return [_server_out(s, s.n_tools) for s in servers.listed()]
 
 
 def _server(request: HttpRequest, name: str) -> Server:

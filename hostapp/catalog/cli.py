@@ -125,9 +125,7 @@ def server_row(server: Server, tool_count: int) -> dict[str, Any]:
 
 
 def cmd_servers(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
-    from django.db.models import Count
-
-    rows = [server_row(s, s.n_tools) for s in Server.objects.annotate(n_tools=Count("tools")).order_by("name")]
+    rows = [server_row(s, s.n_tools) for s in Server.objects.order_by("name").listed()]
     if options["json"]:
         out.write(json.dumps(rows, indent=2))
         return 0

@@ -27,6 +27,31 @@ def mask_secret(value: str) -> str:
     return value[:3] + "…" + "•" * 4
 
 
+# A server's secrets: encrypted at rest, never shown in a list of servers.
+SECRET_FIELDS = ("env", "headers", "oauth_client_secret")
+
+
+class ServerQuerySet(models.QuerySet["Server"]):
+    def listed(self) -> list[Server]:
+        """The servers as the lists show them (the Servers page, `mcp servers`, the API):
+        read without their secrets, whose decryption is most of a row's cost, and each with
+        `n_tools` and `n_quarantined`, counted in one grouped query of their tools. (Counted
+        in the servers' own query, every server column goes through the grouping: on SQLite,
+        3x the time of both queries together at 100 servers x 100 tools.)"""
+        servers = list(self.defer(*SECRET_FIELDS))
+        counts = {
+            row["server_id"]: row
+            for row in Tool.objects.filter(server__in=[s.pk for s in servers])
+            .order_by()
+            .values("server_id")
+            .annotate(n=models.Count("pk"), quarantined=models.Count("pk", filter=models.Q(status=Tool.QUARANTINED)))
+        }
+        for server in servers:
+            row = counts.get(server.pk, {})
+            server.n_tools, server.n_quarantined = row.get("n", 0), row.get("quarantined", 0)
+        return servers
+
+
 class Server(models.Model):
     STDIO, HTTP, SSE = "stdio", "http", "sse"
     TRANSPORTS = [(STDIO, "stdio"), (HTTP, "Streamable HTTP"), (SSE, "HTTP+SSE (deprecated)")]
@@ -72,6 +97,8 @@ class Server(models.Model):
     last_refresh_at = models.DateTimeField(null=True, blank=True)
     stale = models.BooleanField(default=False, help_text="The last refresh failed; its tools are the last good ones.")
     refresh_error = models.TextField(blank=True)
+
+    objects = ServerQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
