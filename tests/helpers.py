@@ -17,6 +17,16 @@ PYTHON = sys.executable
 T = TypeVar("T")
 
 
+def process_gone(pid: int) -> bool:
+    """The process has ended (a zombie not yet reaped by its parent counts as ended)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

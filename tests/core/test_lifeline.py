@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from hostapp.core.lifeline import descendants
-from tests.helpers import REPO, clean_env, wait_until
+from tests.helpers import REPO, clean_env, process_gone, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -71,13 +71,6 @@ def _pids(tmp_path: Path) -> dict[str, int]:
     return json.loads(path.read_text())
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def _warden_of(child: int) -> int:
     kids = wait_until(lambda: psutil.Process(child).children(), timeout=10, what="the warden")
     return kids[0].pid
@@ -99,7 +92,11 @@ def test_a_child_stuck_in_its_shutdown_is_killed_after_its_grace_with_its_helper
         sup.kill()
         sup.wait(timeout=10)
         killed_at = time.monotonic()
-        wait_until(lambda: _gone(child) and _gone(helper) and _gone(warden), timeout=grace + 20, what="all three gone")
+        wait_until(
+            lambda: process_gone(child) and process_gone(helper) and process_gone(warden),
+            timeout=grace + 20,
+            what="all three gone",
+        )
         # Not before its grace: the kernel's SIGTERM came first, and the child had its time.
         assert time.monotonic() - killed_at >= grace - 0.2
     finally:
@@ -114,7 +111,9 @@ def test_a_child_that_stops_on_sigterm_takes_its_warden_with_it(tmp_path: Path) 
         sup.kill()
         sup.wait(timeout=10)
         # Well within the grace: nothing waits for it once the child is gone.
-        wait_until(lambda: _gone(child) and _gone(warden), timeout=15, what="the child and its warden gone")
+        wait_until(
+            lambda: process_gone(child) and process_gone(warden), timeout=15, what="the child and its warden gone"
+        )
     finally:
         _kill_all(child)
 
@@ -126,7 +125,7 @@ def test_a_normal_stop_leaves_no_warden_and_no_zombie(tmp_path: Path) -> None:
     supervisor = psutil.Process(sup.pid)
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(timeout=30) == 0
-    assert _gone(child) and _gone(warden)
+    assert process_gone(child) and process_gone(warden)
     assert not supervisor.is_running()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import PYTHON, REPO, clean_env, wait_until
+from tests.helpers import PYTHON, REPO, clean_env, process_gone, wait_until
 from tests.host import RunningHost
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,7 @@ def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_
                 timeout=10,
                 what=f"{name}'s stacks",
             )
-            assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE, name
+            assert not process_gone(child.pid), name
 
         assert host.signal_and_wait(signal.SIGTERM) == 0
         gone, alive = psutil.wait_procs(procs, timeout=10)
@@ -173,7 +173,7 @@ def test_the_supervisor_sweeps_orphans_left_in_other_sessions(tmp_path: Path) ->
     subprocess.run([sys.executable, "-c", script], cwd=REPO, env=clean_env(), check=True, timeout=60)
     orphan = int(marker.read_text())
     wait_until(
-        lambda: not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE,
+        lambda: process_gone(orphan),
         timeout=10,
         what="the orphan to be gone",
     )

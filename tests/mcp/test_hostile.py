@@ -17,7 +17,7 @@ from hostapp.mcp import McpFailure, Pool, result_failure
 from hostapp.mcp.pool import CRASH_LOOPING, READY
 from hostapp.mcp.sanitize import clean_text
 from hostapp.mcp.stdio import stop_process
-from tests.helpers import wait_until
+from tests.helpers import process_gone, wait_until
 
 from .conftest import hostile
 
@@ -69,7 +69,7 @@ def test_closing_the_pool_stops_a_well_behaved_server_by_closing_stdin(pool: Poo
     assert pid is not None
     started = time.monotonic()
     pool.close()
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert process_gone(pid)
     assert time.monotonic() - started < 2.0  # no SIGTERM grace was needed
 
 
@@ -288,7 +288,7 @@ def test_changing_a_server_configuration_restarts_it(pool: Pool) -> None:
     second = pool.connect("well").pid
     assert first != second
     wait_until(
-        lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE,
+        lambda: process_gone(first),
         timeout=10,
         what="the old process to stop",
     )

@@ -33,7 +33,7 @@ import pytest
 
 from hostapp.mcp import Pool, PoolEvent, ServerConfig, result_failure
 from hostapp.mcp.pool import READY
-from tests.helpers import REPO, free_port, wait_until
+from tests.helpers import REPO, free_port, process_gone, wait_until
 
 from .conftest import TEST_POLICY, bundled
 
@@ -91,13 +91,6 @@ def _need_node() -> None:
 @pytest.fixture
 def node_peers() -> None:
     _need_node()
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def _listening(pid: int) -> list[tuple[str, int]]:
@@ -249,7 +242,7 @@ def test_server_everything_over_stdio(node_peers: None, pool: Pool) -> None:
     pid = pool.status("everything").pid
     assert pid is not None
     pool.close()
-    wait_until(lambda: _gone(pid), timeout=10, what="server-everything to exit")
+    wait_until(lambda: process_gone(pid), timeout=10, what="server-everything to exit")
 
 
 def test_server_everything_task_only_tool_is_listed_but_fails_a_plain_call(node_peers: None, pool: Pool) -> None:
