@@ -101,6 +101,7 @@ class Supervisor:
         self.colour = self.out.isatty() if colour is None else colour
         self.children: list[_Child] = []
         self._stop = threading.Event()
+        self._orphan_ended = threading.Event()  # set on SIGCHLD (`install_signal_handlers`)
         self._out_lock = threading.Lock()
         self.exit_code = 0
 
@@ -154,6 +155,9 @@ class Supervisor:
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGHUP, handler)
+        # A process below us ended: if it is an orphan (a child's warden, an MCP server a
+        # crashed child left), `watch` reaps it; our own children are waited for as usual.
+        signal.signal(signal.SIGCHLD, lambda signum, frame: self._orphan_ended.set())
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -161,6 +165,9 @@ class Supervisor:
     def watch(self, on_tick: Callable[[], None] | None = None) -> None:
         """Restart children that exit until a stop is requested."""
         while not self._stop.wait(0.2):
+            if self._orphan_ended.is_set():
+                self._orphan_ended.clear()
+                self._reap_orphans()
             now = time.monotonic()
             for child in self.children:
                 proc = child.proc
@@ -172,7 +179,6 @@ class Supervisor:
                     continue
                 code = proc.returncode
                 child.proc = None
-                self._reap_orphans()  # its warden, which ended with it
                 if not child.spec.restart:
                     self.say("run", f"{child.spec.name} exited with status {code}; stopping")
                     self.exit_code = 1
