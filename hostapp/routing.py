@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from hostapp.core.consumers import LiveConsumer
+from hostapp.dashboard.consumers import LiveConsumer
 
 websocket_urlpatterns = [
     path("ws/live/", LiveConsumer.as_asgi()),

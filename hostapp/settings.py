@@ -167,10 +167,12 @@ INSTALLED_APPS = [
     "hostapp.outbox",
     "hostapp.gateway",
     "hostapp.oauth",
+    # On top: what shows every app together (home, metrics, the live socket, the commands).
+    "hostapp.dashboard",
 ]
 
 MIDDLEWARE = [
-    "hostapp.core.metrics.LatencyMiddleware",
+    "hostapp.dashboard.metrics.LatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -197,7 +199,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "hostapp.core.context_processors.navigation",
+                "hostapp.dashboard.context_processors.navigation",
             ],
         },
     },
@@ -400,11 +402,6 @@ PATCHBAY_ALERT_WEBHOOK = env_str("PATCHBAY_ALERT_WEBHOOK")
 # person, before the agent gets "still running: ask for its status" instead.
 PATCHBAY_AGENT_WRITE_WAIT = env_int("PATCHBAY_AGENT_WRITE_WAIT", 30, minimum=0)
 PATCHBAY_AGENT_APPROVAL_WAIT = env_int("PATCHBAY_AGENT_APPROVAL_WAIT", 120, minimum=0)
-# A read-only call from an agent is answered before its ledger row is written (the row
-# follows, batched over this many milliseconds; hostapp/calls/ledger.py). Off: every call
-# is written before it runs, at a few milliseconds more per read-only call.
-PATCHBAY_LEDGER_WRITE_BEHIND = env_bool("PATCHBAY_LEDGER_WRITE_BEHIND", True)
-PATCHBAY_LEDGER_BATCH_MS = env_int("PATCHBAY_LEDGER_BATCH_MS", 100, minimum=0)
 # Origins allowed to call /mcp from a browser, besides the hosts of ALLOWED_HOSTS.
 PATCHBAY_MCP_ALLOWED_ORIGINS = env_list("PATCHBAY_MCP_ALLOWED_ORIGINS", [])
 

@@ -8,7 +8,7 @@ from hostapp.api import api
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
-    path("", include("hostapp.core.urls")),
+    path("", include("hostapp.dashboard.urls")),
     path("", include("hostapp.catalog.urls")),
     path("", include("hostapp.calls.urls")),
     path("", include("hostapp.outbox.urls")),

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from hostapp.catalog.models import Tool
-from hostapp.core.views import safe_next
+from hostapp.core.http import safe_next
 
 from . import actions
 from .models import Call

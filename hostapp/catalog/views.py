@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from hostapp.calls.policy import decide
-from hostapp.core.views import safe_next, staff_required
+from hostapp.core.http import safe_next, staff_required
 from hostapp.mcp.config import ConfigError
 
 from . import actions

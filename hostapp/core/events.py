@@ -21,8 +21,9 @@ from channels.layers import channel_layers
 from django.db import transaction
 
 from .batching import Batcher
-from .consumers import LIVE_GROUP
 
+# Every open page listens on this group (hostapp/dashboard/consumers.py).
+LIVE_GROUP = "live"
 # Catalog and policy changes also go to this group, for listeners (the agents' endpoint)
 # that need only them, not every call's update.
 CATALOG_GROUP = "catalog"

@@ -11,7 +11,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-LIVE_GROUP = "live"
+from hostapp.calls import actions
+from hostapp.calls.models import Call
+from hostapp.core.events import LIVE_GROUP
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -41,9 +43,6 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _decide(self, action: str, content: dict[str, Any]) -> dict[str, Any]:
-        from hostapp.calls import actions
-        from hostapp.calls.models import Call
-
         user = self.scope["user"]
         if not user.has_perm("calls.approve_call"):
             return {"type": "error", "data": {"message": "you do not have the approve permission"}}

@@ -1,8 +1,13 @@
+"""The navigation every page shows, with the counts of its badges."""
+
 from __future__ import annotations
 
 from typing import Any
 
 from django.http import HttpRequest
+
+from hostapp.calls.models import Call
+from hostapp.outbox.models import Action
 
 NAVIGATION = (
     ("home", "Home"),
@@ -31,9 +36,6 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
     context: dict[str, Any] = {"nav_items": NAVIGATION, "nav_current": current}
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
-        from hostapp.calls.models import Call
-        from hostapp.outbox.models import Action
-
         # Two counts on indexed columns: the badges for approvals and dead letters.
         context["nav_pending"] = Call.objects.filter(status=Call.WAITING).count()
         context["nav_dead"] = Action.objects.filter(status__in=[Action.DEAD, Action.UNKNOWN]).count()

@@ -1,54 +1,36 @@
-"""Prometheus metrics: the database is counted at scrape time; latency is this process's."""
+"""Prometheus metrics (`prometheus_client`): the database is counted at scrape time;
+request latency is this process's own."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from hostapp.calls.models import Call
+from hostapp.catalog.models import Server, Tool
+from hostapp.core.models import WorkerHeartbeat
+from hostapp.outbox.models import Action
 
 # Request latency buckets (seconds) for the web process's own histogram.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# From a call to a person's decision (seconds).
 WAIT_BUCKETS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
 
+registry = CollectorRegistry()
 
-class Histogram:
-    def __init__(self, buckets: tuple[float, ...]) -> None:
-        self.buckets = buckets
-        self.lock = threading.Lock()
-        self.series: dict[tuple[tuple[str, str], ...], list[float]] = {}
-
-    def observe(self, value: float, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
-        with self.lock:
-            row = self.series.setdefault(key, [0.0] * (len(self.buckets) + 2))
-            for i, bound in enumerate(self.buckets):
-                if value <= bound:
-                    row[i] += 1
-            row[-2] += 1  # count
-            row[-1] += value  # sum
-
-    def render(self, name: str) -> Iterable[str]:
-        with self.lock:
-            items = [(k, list(v)) for k, v in self.series.items()]
-        for key, row in items:
-            base = ",".join(f'{k}="{_escape(v)}"' for k, v in key)
-            sep = "," if base else ""
-            for i, bound in enumerate(self.buckets):
-                yield f'{name}_bucket{{{base}{sep}le="{bound}"}} {row[i]:g}'
-            yield f'{name}_bucket{{{base}{sep}le="+Inf"}} {row[-2]:g}'
-            yield f"{name}_count{{{base}}} {row[-2]:g}"
-            yield f"{name}_sum{{{base}}} {row[-1]:.6f}"
-
-
-REQUEST_LATENCY = Histogram(BUCKETS)
-
-
-def _escape(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+REQUEST_LATENCY = Histogram(
+    "patchbay_http_request_duration_seconds",
+    "Request latency of this web process.",
+    labelnames=("route", "method", "status"),
+    buckets=BUCKETS,
+    registry=registry,
+)
 
 
 class LatencyMiddleware:
@@ -62,62 +44,85 @@ class LatencyMiddleware:
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         route = match.route if match is not None and match.route else "(unmatched)"
-        REQUEST_LATENCY.observe(
-            time.perf_counter() - started,
-            route=route,
-            method=request.method or "",
-            status=str(response.status_code // 100) + "xx",
-        )
+        REQUEST_LATENCY.labels(
+            route=route, method=request.method or "", status=f"{response.status_code // 100}xx"
+        ).observe(time.perf_counter() - started)
         return response
 
 
-def _metric(lines: list[str], name: str, kind: str, help_text: str) -> None:
-    lines.append(f"# HELP {name} {help_text}")
-    lines.append(f"# TYPE {name} {kind}")
-
-
-def render() -> str:
-    from hostapp.calls.models import Call
-    from hostapp.catalog.models import Server, Tool
-    from hostapp.core.models import WorkerHeartbeat
-    from hostapp.outbox.models import Action
-
-    lines: list[str] = []
-    _metric(lines, "patchbay_calls_total", "counter", "Tool calls in the ledger, by tool, server and status.")
-    for row in Call.objects.values("tool_name", "server_name", "status").annotate(n=Count("id")).order_by():
-        lines.append(
-            f'patchbay_calls_total{{tool="{_escape(row["tool_name"])}",server="{_escape(row["server_name"])}",'
-            f'outcome="{row["status"]}"}} {row["n"]}'
-        )
-    _metric(lines, "patchbay_approval_wait_seconds", "histogram", "Time from a call to a person's decision.")
-    waits = Histogram(WAIT_BUCKETS)
+def _approval_waits() -> HistogramMetricFamily:
+    """Time from a call to a person's decision, by what was decided."""
+    family = HistogramMetricFamily(
+        "patchbay_approval_wait_seconds", "Time from a call to a person's decision.", labels=["decision"]
+    )
+    counts: dict[str, list[int]] = {}
+    sums: dict[str, float] = {}
     decided = Call.objects.filter(decided_at__isnull=False).values_list("status", "created_at", "decided_at")
     for status, created, decided_at in decided.iterator():
-        waits.observe(
-            (decided_at - created).total_seconds(), decision=status if status in ("denied", "expired") else "approved"
+        decision = status if status in (Call.DENIED, Call.EXPIRED) else "approved"
+        seconds = (decided_at - created).total_seconds()
+        row = counts.setdefault(decision, [0] * (len(WAIT_BUCKETS) + 1))
+        for i, bound in enumerate(WAIT_BUCKETS):
+            if seconds <= bound:
+                row[i] += 1
+        row[-1] += 1
+        sums[decision] = sums.get(decision, 0.0) + seconds
+    for decision, row in sorted(counts.items()):
+        buckets = [(str(bound), row[i]) for i, bound in enumerate(WAIT_BUCKETS)] + [("+Inf", row[-1])]
+        family.add_metric([decision], buckets, sums[decision])
+    return family
+
+
+class DatabaseCollector(Collector):
+    """What the database holds, read at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        calls = CounterMetricFamily(
+            "patchbay_calls",
+            "Tool calls in the ledger, by tool, server and status.",
+            labels=["tool", "server", "outcome"],
         )
-    lines.extend(waits.render("patchbay_approval_wait_seconds"))
-    _metric(lines, "patchbay_outbox_actions", "gauge", "Outbox actions by status.")
-    counts = dict.fromkeys((s for s, _ in Action.STATUSES), 0)
-    for row in Action.objects.values("status").annotate(n=Count("id")).order_by():
-        counts[row["status"]] = row["n"]
-    for status, n in counts.items():
-        lines.append(f'patchbay_outbox_actions{{status="{status}"}} {n}')
-    _metric(lines, "patchbay_outbox_attempts_total", "counter", "Delivery attempts made by the outbox.")
-    lines.append(f"patchbay_outbox_attempts_total {Action.objects.aggregate(n=Sum('attempts'))['n'] or 0}")
-    _metric(lines, "patchbay_dead_letters", "gauge", "Dead letters and unknown outcomes waiting for a person.")
-    lines.append(f"patchbay_dead_letters {counts['dead'] + counts['unknown']}")
-    _metric(lines, "patchbay_server_state", "gauge", "1 for each server's current state.")
-    for name, state in Server.objects.values_list("name", "state"):
-        lines.append(f'patchbay_server_state{{server="{_escape(name)}",state="{state}"}} 1')
-    _metric(lines, "patchbay_tools", "gauge", "Tools in the catalog by status.")
-    for row in Tool.objects.values("status").annotate(n=Count("id")).order_by():
-        lines.append(f'patchbay_tools{{status="{row["status"]}"}} {row["n"]}')
-    _metric(lines, "patchbay_worker_heartbeat_timestamp_seconds", "gauge", "When each worker last ran a task.")
-    for hostname, seen in WorkerHeartbeat.objects.values_list("hostname", "seen_at"):
-        lines.append(
-            f'patchbay_worker_heartbeat_timestamp_seconds{{worker="{_escape(hostname)}"}} {seen.timestamp():.3f}'
+        for row in Call.objects.values("tool_name", "server_name", "status").annotate(n=Count("id")).order_by():
+            calls.add_metric([row["tool_name"], row["server_name"], row["status"]], row["n"])
+        yield calls
+        yield _approval_waits()
+        actions = dict.fromkeys((s for s, _ in Action.STATUSES), 0)
+        actions.update(Action.objects.values("status").annotate(n=Count("id")).order_by().values_list("status", "n"))
+        outbox = GaugeMetricFamily("patchbay_outbox_actions", "Outbox actions by status.", labels=["status"])
+        for status, n in actions.items():
+            outbox.add_metric([status], n)
+        yield outbox
+        yield CounterMetricFamily(
+            "patchbay_outbox_attempts",
+            "Delivery attempts made by the outbox.",
+            value=Action.objects.aggregate(n=Sum("attempts"))["n"] or 0,
         )
-    _metric(lines, "patchbay_http_request_duration_seconds", "histogram", "Request latency of this web process.")
-    lines.extend(REQUEST_LATENCY.render("patchbay_http_request_duration_seconds"))
-    return "\n".join(lines) + "\n"
+        yield GaugeMetricFamily(
+            "patchbay_dead_letters",
+            "Dead letters and unknown outcomes waiting for a person.",
+            value=actions[Action.DEAD] + actions[Action.UNKNOWN],
+        )
+        states = GaugeMetricFamily(
+            "patchbay_server_state", "1 for each server's current state.", labels=["server", "state"]
+        )
+        for name, state in Server.objects.values_list("name", "state"):
+            states.add_metric([name, state], 1)
+        yield states
+        tools = GaugeMetricFamily("patchbay_tools", "Tools in the catalog by status.", labels=["status"])
+        for status, n in Tool.objects.values("status").annotate(n=Count("id")).order_by().values_list("status", "n"):
+            tools.add_metric([status], n)
+        yield tools
+        beats = GaugeMetricFamily(
+            "patchbay_worker_heartbeat_timestamp_seconds", "When each worker last ran a task.", labels=["worker"]
+        )
+        for hostname, seen in WorkerHeartbeat.objects.values_list("hostname", "seen_at"):
+            beats.add_metric([hostname], seen.timestamp())
+        yield beats
+
+
+registry.register(DatabaseCollector())
+
+
+def render() -> bytes:
+    """Every metric in Prometheus's text format."""
+    return generate_latest(registry)

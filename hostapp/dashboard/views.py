@@ -1,18 +1,30 @@
+"""What shows every app together: the home dashboard, readiness, metrics, the navigation's counts."""
+
 from __future__ import annotations
 
+import hmac
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.decorators import login_not_required, user_passes_test
+import redis
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.db import connection
+from django.db.models import Count
+from django.db.models.functions import TruncMinute
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from .models import WorkerHeartbeat
+from hostapp.calls.models import Call
+from hostapp.catalog.models import Server
+from hostapp.core.models import WorkerHeartbeat
+from hostapp.outbox.models import Action, Attempt
 
-# For views only administrators may use (anyone else is sent to log in).
-staff_required = user_passes_test(lambda u: u.is_staff)
+from . import metrics as prometheus
+from .context_processors import navigation
 
 # A worker that has not pinged for this long is shown as missing.
 HEARTBEAT_STALE_AFTER = timedelta(seconds=60)
@@ -20,12 +32,6 @@ HEARTBEAT_STALE_AFTER = timedelta(seconds=60)
 
 def _per_minute(now: Any) -> dict[str, list[int]]:
     """Calls finished per minute over the last hour, by outcome (succeeded, failed, dead)."""
-    from django.db.models import Count
-    from django.db.models.functions import TruncMinute
-
-    from hostapp.calls.models import Call
-    from hostapp.outbox.models import Attempt
-
     start = (now - timedelta(minutes=59)).replace(second=0, microsecond=0)
     series = {"succeeded": [0] * 60, "failed": [0] * 60, "dead": [0] * 60}
 
@@ -75,12 +81,6 @@ def _chart(series: dict[str, list[int]], width: int = 720, height: int = 160) ->
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    from django.db.models import Count
-
-    from hostapp.calls.models import Call
-    from hostapp.catalog.models import Server
-    from hostapp.outbox.models import Action
-
     now = timezone.now()
     cutoff = now - HEARTBEAT_STALE_AFTER
     workers = list(WorkerHeartbeat.objects.order_by("hostname"))
@@ -97,13 +97,8 @@ def home(request: HttpRequest) -> HttpResponse:
         "dead": outbox["dead"] + outbox["unknown"],
         "chart": _chart(_per_minute(now)),
     }
-    template = "core/_home.html" if request.GET.get("fragment") == "1" else "core/home.html"
+    template = "dashboard/_home.html" if request.GET.get("fragment") == "1" else "dashboard/home.html"
     return render(request, template, context)
-
-
-def section(request: HttpRequest, title: str, empty: str) -> HttpResponse:
-    """A dashboard section whose app has nothing to show yet."""
-    return render(request, "core/section.html", {"title": title, "empty": empty})
 
 
 @login_not_required
@@ -115,8 +110,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 def nav_counts(request: HttpRequest) -> JsonResponse:
-    from .context_processors import navigation
-
     context = navigation(request)
     return JsonResponse({"pending": context.get("nav_pending", 0), "dead": context.get("nav_dead", 0)})
 
@@ -125,10 +118,6 @@ def nav_counts(request: HttpRequest) -> JsonResponse:
 @require_GET
 def readyz(request: HttpRequest) -> JsonResponse:
     """Ready to serve: the database answers, Redis answers, a worker ran a task recently."""
-    import redis
-    from django.conf import settings
-    from django.db import connection
-
     checks: dict[str, str] = {}
     try:
         with connection.cursor() as cursor:
@@ -155,12 +144,6 @@ def readyz(request: HttpRequest) -> JsonResponse:
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text format; for a staff session, or `Authorization: Bearer $PATCHBAY_METRICS_TOKEN`."""
-    import hmac
-
-    from django.conf import settings
-
-    from .metrics import render
-
     token = settings.PATCHBAY_METRICS_TOKEN
     auth = request.headers.get("Authorization", "")
     by_token = bool(token) and auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].strip(), token)
@@ -170,17 +153,4 @@ def metrics(request: HttpRequest) -> HttpResponse:
         )
         response["WWW-Authenticate"] = 'Bearer realm="patchbay-metrics"'
         return response
-    return HttpResponse(render(), content_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-def safe_next(request: HttpRequest, default: str) -> str:
-    """The `next` a form posted, if it stays on this site; else `default` (a URL name or path)."""
-    from django.shortcuts import resolve_url
-    from django.utils.http import url_has_allowed_host_and_scheme
-
-    candidate = request.POST.get("next") or request.GET.get("next") or ""
-    if candidate and url_has_allowed_host_and_scheme(
-        candidate, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return candidate
-    return resolve_url(default)
+    return HttpResponse(prometheus.render(), content_type=CONTENT_TYPE_LATEST)

@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from hostapp.catalog.models import Server
-from hostapp.core.views import staff_required
+from hostapp.core.http import staff_required
 
 from . import tokens
 from .models import AgentToken

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from hostapp.catalog.models import Server
-from hostapp.core.views import staff_required
+from hostapp.core.http import staff_required
 
 from . import flows
 from .models import AuthorizationFlow

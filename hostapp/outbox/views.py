@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from hostapp.core.views import safe_next
+from hostapp.core.http import safe_next
 
 from . import actions
 from .models import Action, Attempt

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from hostapp.calls.models import Call
 from hostapp.calls.tasks import prune
@@ -49,12 +50,30 @@ def test_metrics_need_a_staff_session_or_the_token(client: Client, admin_client:
     Action.objects.create(
         call=action_call, status=Action.DEAD, max_attempts=3, attempts=3, next_attempt_at=timezone.now()
     )
-    body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me-please").content.decode()
-    assert 'patchbay_calls_total{tool="s__t",server="s",outcome="succeeded"} 1' in body
-    assert 'patchbay_outbox_actions{status="dead"} 1' in body
-    assert "patchbay_dead_letters 1" in body
-    assert "patchbay_outbox_attempts_total 3" in body
+    Call.objects.filter(pk=action_call.pk).update(decided_at=timezone.now(), status=Call.DENIED)
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me-please")
+    assert response["Content-Type"].startswith("text/plain; version=")
+    samples = _samples(response.content.decode())
+    assert samples[("patchbay_calls_total", (("outcome", "succeeded"), ("server", "s"), ("tool", "s__t")))] == 1
+    assert samples[("patchbay_outbox_actions", (("status", "dead"),))] == 1
+    assert samples[("patchbay_dead_letters", ())] == 1
+    assert samples[("patchbay_outbox_attempts_total", ())] == 3
+    assert samples[("patchbay_approval_wait_seconds_count", (("decision", "denied"),))] == 1
+    assert samples[("patchbay_approval_wait_seconds_bucket", (("decision", "denied"), ("le", "+Inf")))] == 1
     assert admin_client.get("/metrics").status_code == 200
+    # This process's own latency histogram counts the scrapes it served.
+    samples = _samples(admin_client.get("/metrics").content.decode())
+    served = [v for (name, labels), v in samples.items() if name == "patchbay_http_request_duration_seconds_count"]
+    assert sum(served) >= 2
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a Prometheus exposition, parsed as Prometheus parses it."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def test_json_logs_are_one_object_a_line_with_call_ids() -> None:

