@@ -40,12 +40,10 @@ def _fresh_channel_layer() -> Iterator[None]:
     async test has its own loop) can leave the receive lock held and bound to a closed
     loop, and every later socket then fails with "bound to a different event loop".
     A web process has one loop for its whole life, so this is the tests' concern only.
-    The events a test queued leave before the next test starts (they are sent in batches),
-    and so do the ledger rows this process had yet to write (hostapp/calls/ledger.py)."""
+    The events a test queued leave before the next test starts (they are sent in batches)."""
     yield
     from channels.layers import channel_layers
 
-    from hostapp.calls.ledger import writer
     from hostapp.catalog import pool as catalog_pool
     from hostapp.core import events
     from hostapp.oauth import store
@@ -54,7 +52,6 @@ def _fresh_channel_layer() -> Iterator[None]:
     # idle): none may outlive a test's database. The handler's last states send events.
     catalog_pool.events.stop(timeout=5.0)
     store.reader.stop(timeout=5.0)
-    writer.flush(timeout=5.0)
     events.flush(timeout=2.0)
 
     channel_layers.backends.clear()

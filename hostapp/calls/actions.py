@@ -1,4 +1,4 @@
-"""Calls: start one, run it, approve or deny it. Each function owns its transaction."""
+"""Calls: start one, run it, approve or deny it. What each writes, `life` writes."""
 
 from __future__ import annotations
 
@@ -8,20 +8,21 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import jsonschema
-from django.conf import settings
+from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
 from hostapp.catalog.models import Tool
-from hostapp.core.events import send_event_on_commit
+from hostapp.catalog.pool import current_pool, pool_for
+from hostapp.core.jsonvalues import storable
 from hostapp.mcp import McpFailure, result_failure
 
-from .ledger import Event, Finished
-from .models import Call, CallEvent, Rule
+from . import life
+from .models import Call, Rule
 from .policy import Decision, decide
 
 logger = logging.getLogger(__name__)
@@ -92,37 +93,6 @@ def check_arguments(schema_json: str, arguments: Any) -> list[dict[str, str]]:
     return [{"path": "/".join(str(p) for p in e.absolute_path), "message": e.message} for e in found]
 
 
-def _event(call: Call, kind: str, actor: str = "", **detail: Any) -> None:
-    """An event that happens now."""
-    _add_event(call, Event(kind, actor, detail, timezone.now()))
-
-
-def _created_event(requester: Requester, decision: Decision, at: datetime) -> Event:
-    return Event("created", requester.name, {"decision": decision.kind, "reason": decision.reason}, at)
-
-
-def _outcome_event(call_fields: dict[str, Any]) -> Event:
-    """How a delivered call ended, from its row's outcome fields."""
-    kind = "failed" if call_fields["status"] == Call.FAILED else "succeeded"
-    return Event(kind, "", {"error": call_fields["error"]}, call_fields["finished_at"])
-
-
-def _add_event(call: Call, event: Event) -> None:
-    CallEvent.objects.create(call=call, kind=event.kind, actor=event.actor, detail=event.detail, at=event.at)
-
-
-def _record_new(tool: Tool, decision: Decision, requester: Requester, arguments: Any, now: datetime) -> Call:
-    """A new call's row and its created event (in the caller's transaction)."""
-    call = Call.objects.create(**_call_fields(tool, decision, requester, arguments, now))
-    call.tool = tool  # the instance read by the caller, with its server
-    _add_event(call, _created_event(requester, decision, now))
-    return call
-
-
-def _broadcast(call: Call) -> None:
-    send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
-
-
 # What starting a call reads of its tool and server (the rest loads if something asks).
 _CALL_TOOL_FIELDS = (
     "exposed_name",
@@ -139,48 +109,10 @@ _CALL_TOOL_FIELDS = (
 )
 
 
-def _call_fields(tool: Tool, decision: Decision, requester: Requester, arguments: Any, now: datetime) -> dict[str, Any]:
-    """A new call's row, as the policy's decision leaves it."""
-    status = {Call.RUN: Call.RUNNING, Call.OUTBOX: Call.QUEUED, Call.ASK: Call.WAITING, Call.REFUSE: Call.BLOCKED}[
-        decision.kind
-    ]
-    return {
-        "created_at": now,
-        "requester_kind": requester.kind,
-        "requester_user_id": getattr(requester.user, "pk", None),
-        "requester_name": requester.name,
-        "requester_agent_id": getattr(requester.agent, "pk", None),
-        "server_name": tool.server.name,
-        "tool_name": tool.exposed_name,
-        "original_name": tool.original_name,
-        "tool_id": tool.pk,
-        "tool_class": tool.effective_class,
-        "definition_hash": tool.definition_hash,
-        "arguments": arguments,
-        "argument_digest": argument_digest(arguments),
-        "decision": decision.kind,
-        "decision_reason": decision.reason,
-        "status": status,
-        "approval_expires_at": now + timedelta(seconds=settings.PATCHBAY_APPROVAL_TTL)
-        if decision.kind == Call.ASK
-        else None,
-        "started_at": now if decision.kind == Call.RUN else None,
-        "error": {"kind": "policy", "message": decision.reason} if decision.kind == Call.REFUSE else None,
-        "is_error": decision.kind == Call.REFUSE,
-        "finished_at": now if decision.kind == Call.REFUSE else None,
-    }
-
-
-def _outcome_fields(result: dict[str, Any] | None, failure: McpFailure | None, seconds: float) -> dict[str, Any]:
-    """What a delivered call's row says of how it went (`attempts` aside)."""
-    return {
-        "result": result,
-        "is_error": failure is not None,
-        "error": failure.as_dict() if failure is not None else None,
-        "status": Call.FAILED if failure is not None else Call.SUCCEEDED,
-        "finished_at": timezone.now(),
-        "duration_ms": round(seconds * 1000, 2),
-    }
+def new_call(tool: Tool, decision: Decision, requester: Requester, arguments: Any, now: datetime) -> dict[str, Any]:
+    """The row of a new call of `tool` as `decision` leaves it (its arguments as stored)."""
+    arguments = storable(arguments)
+    return life.new_fields(tool, decision, requester, arguments, argument_digest(arguments), now)
 
 
 def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: bool = True) -> Call:
@@ -189,8 +121,6 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
     With `run=False` a call the policy runs at once is left `running` for the caller to
     deliver (the agents' endpoint awaits it on its event loop with :func:`arun_now`).
     """
-    from hostapp.outbox import actions as outbox
-
     try:
         # `get` asks for no ordering (`first` would sort by the primary key).
         tool = Tool.objects.select_related("server").only(*_CALL_TOOL_FIELDS).get(exposed_name=tool_name)
@@ -204,11 +134,8 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
         where = f" at {first['path']}" if first["path"] else ""
         raise CallError(f"invalid arguments{where}: {first['message']}", errors=errors)
     decision = decide(tool)
-    with transaction.atomic():
-        call = _record_new(tool, decision, requester, arguments, timezone.now())
-        if decision.kind == Call.OUTBOX:
-            outbox.enqueue(call)
-        _broadcast(call)
+    call = life.open_call(new_call(tool, decision, requester, arguments, timezone.now()))
+    call.tool = tool  # the instance read here, with its server
     if decision.kind == Call.RUN and run:
         run_now(call, tool)
     return call
@@ -216,60 +143,34 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
 
 def run_now(call: Call, tool: Tool) -> Call:
     """Deliver a call from this process, at once (read-only tools)."""
-    from hostapp.catalog.pool import pool_for
-
     pool = pool_for(tool.server)
     started = time.perf_counter()
     try:
         result = pool.call_tool(tool.server.name, call.original_name, call.arguments)
     except McpFailure as failure:
-        return record_outcome(call, None, failure, time.perf_counter() - started)
-    return record_outcome(call, result, result_failure(result, call.original_name), time.perf_counter() - started)
+        return life.finish(call, None, failure, time.perf_counter() - started)
+    return life.finish(call, result, result_failure(result, call.original_name), time.perf_counter() - started)
 
 
 async def arun_now(call: Call) -> Call:
     """:func:`run_now` for async callers: the upstream call is awaited, no thread waits on it."""
-    from asgiref.sync import sync_to_async
-
-    from hostapp.catalog.pool import current_pool, pool_for
-
     tool = call.tool
     assert tool is not None
     pool = current_pool(tool.server) or await sync_to_async(pool_for, thread_sensitive=False)(tool.server)
     started = time.perf_counter()
     result: dict[str, Any] | None = None
+    failure: McpFailure | None
     try:
         result = await pool.acall_tool(tool.server.name, call.original_name, call.arguments)
         failure = result_failure(result, call.original_name)
     except McpFailure as exc:
         failure = exc
-    return await sync_to_async(record_outcome, thread_sensitive=False)(
+    return await sync_to_async(life.finish, thread_sensitive=False)(
         call, result, failure, time.perf_counter() - started
     )
 
 
-def record_outcome(call: Call, result: dict[str, Any] | None, failure: McpFailure | None, seconds: float) -> Call:
-    with transaction.atomic():
-        call.attempts += 1
-        outcome = _outcome_fields(result, failure, seconds)
-        for name, value in outcome.items():
-            setattr(call, name, value)
-        call.save(update_fields=["attempts", *outcome])
-        _add_event(call, _outcome_event(outcome))
-        _broadcast(call)
-    return call
-
-
-def record_running(tool: Tool, decision: Decision, requester: Requester, arguments: Any, started_at: datetime) -> Call:
-    """A call the policy ran at once (`decision` is a RUN decision read at most moments ago),
-    recorded as running; :func:`record_outcome` finishes it."""
-    with transaction.atomic():
-        call = _record_new(tool, decision, requester, arguments, started_at)
-        _broadcast(call)
-    return call
-
-
-def finished_call(
+def record_ran(
     tool: Tool,
     decision: Decision,
     requester: Requester,
@@ -278,12 +179,18 @@ def finished_call(
     result: dict[str, Any] | None,
     failure: McpFailure | None,
     seconds: float,
-) -> Finished:
-    """A call the policy ran at once, finished: the row and events `start_call` and
-    `record_outcome` would have written, for the ledger writer (hostapp/calls/ledger.py)."""
-    outcome = _outcome_fields(result, failure, seconds)
-    fields = {**_call_fields(tool, decision, requester, arguments, started_at), "attempts": 1, **outcome}
-    return Finished(fields, [_created_event(requester, decision, started_at), _outcome_event(outcome)])
+) -> Call:
+    """A call the policy ran at once (`decision`, read moments ago), written when it has
+    finished: the row and events `start_call` and `run_now` would have written, in one
+    transaction (the agents' endpoint, hostapp/gateway/server.py)."""
+    return life.open_finished(
+        new_call(tool, decision, requester, arguments, started_at), life.outcome_fields(result, failure, seconds, 1)
+    )
+
+
+def record_running(tool: Tool, decision: Decision, requester: Requester, arguments: Any, started_at: datetime) -> Call:
+    """A call the policy ran at once, still running (`life.finish` ends it)."""
+    return life.open_call(new_call(tool, decision, requester, arguments, started_at))
 
 
 def _void_reason(call: Call, tool: Tool | None) -> str:
@@ -304,11 +211,10 @@ def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver
     A call that can no longer be approved (expired, its tool changed or blocked since) is
     finished as such, and the refusal is raised after that is committed.
     """
-    from hostapp.outbox import actions as outbox
-
     name = approver_name or approver.get_username()
     refusal = ""
     with transaction.atomic():
+        # Locked: a second approver waits for this decision, then finds it made.
         call = Call.objects.select_for_update().get(pk=call_id)
         if call.status != Call.WAITING:
             raise ApprovalError(f"call #{call.pk} is {call.get_status_display()}, not waiting for approval")
@@ -326,32 +232,37 @@ def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver
             _finish_unapproved(call, Call.BLOCKED, decision.reason, name)
             refusal = f"call #{call.pk} cannot be approved: {decision.reason}"
         else:
-            # Single use: only one decision moves the call out of `waiting`.
-            taken = Call.objects.filter(pk=call.pk, status=Call.WAITING).update(
-                status=Call.QUEUED,
-                decided_by=approver if getattr(approver, "pk", None) else None,
-                decided_by_name=name,
-                decided_at=now,
-            )
-            if taken != 1:
-                raise ApprovalError(f"call #{call.pk} was decided by someone else")
-            call.refresh_from_db()
-            _event(call, "approved", name, always_allow=always_allow)
+            call.tool = tool
+            try:
+                life.move(
+                    call,
+                    Call.QUEUED,
+                    life.Event("approved", name, {"always_allow": always_allow}),
+                    decided_by=_person(approver),
+                    decided_by_name=name,
+                    decided_at=now,
+                )
+            except life.MovedMeanwhile:
+                raise ApprovalError(f"call #{call.pk} was decided by someone else") from None
             if always_allow:
                 assert tool is not None
                 _allow_always(call, tool, approver, name)
-            outbox.enqueue(call)
-            _broadcast(call)
+            life.deliver(call)
     if refusal:
         raise ApprovalError(refusal)
     return call
+
+
+def _person(user: Any) -> Any:
+    """The user to link a decision to (a CLI's stand-in has no row)."""
+    return user if getattr(user, "pk", None) else None
 
 
 def _allow_always(call: Call, tool: Tool, approver: Any, name: str) -> None:
     """Record "always allow this tool" as a rule; an admin's block is never overturned."""
     existing = Rule.objects.filter(server_name=tool.server.name, tool_name=tool.exposed_name).first()
     if existing is not None and existing.action == Rule.BLOCK:
-        _event(call, "rule_kept", name, rule=str(existing), reason="a block rule is not replaced by an approval")
+        life.note(call, "rule_kept", name, rule=str(existing), reason="a block rule is not replaced by an approval")
         return
     rule, _ = Rule.objects.update_or_create(
         server_name=tool.server.name,
@@ -359,11 +270,11 @@ def _allow_always(call: Call, tool: Tool, approver: Any, name: str) -> None:
         defaults={
             "action": Rule.ALLOW,
             "reason": f"always allowed by {name}",
-            "created_by": approver if getattr(approver, "pk", None) else None,
+            "created_by": _person(approver),
             "source": f"approval of call #{call.pk}",
         },
     )
-    _event(call, "rule_created", name, rule=str(rule))
+    life.note(call, "rule_created", name, rule=str(rule))
 
 
 def deny(call_id: int, approver: Any, reason: str, *, approver_name: str = "") -> Call:
@@ -375,35 +286,27 @@ def deny(call_id: int, approver: Any, reason: str, *, approver_name: str = "") -
         call = Call.objects.select_for_update().get(pk=call_id)
         if call.status != Call.WAITING:
             raise ApprovalError(f"call #{call.pk} is {call.get_status_display()}, not waiting for approval")
-        call.decided_by = approver if getattr(approver, "pk", None) else None
-        _finish_unapproved(call, Call.DENIED, reason, name)
+        _finish_unapproved(call, Call.DENIED, reason, name, decided_by=_person(approver))
     return call
 
 
-def _finish_unapproved(call: Call, status: str, reason: str, actor: str) -> None:
+_LABELS = {Call.DENIED: "Denied", Call.EXPIRED: "Expired", Call.BLOCKED: "Blocked"}
+
+
+def _finish_unapproved(call: Call, status: str, reason: str, actor: str, decided_by: Any = None) -> None:
     now = timezone.now()
-    call.status = status
-    call.denial_reason = reason
-    call.decided_by_name = actor
-    call.decided_at = now
-    call.finished_at = now
-    call.is_error = True
-    label = {Call.DENIED: "Denied", Call.EXPIRED: "Expired", Call.BLOCKED: "Blocked"}[status]
-    call.error = {"kind": status, "message": f"{label}: {reason}"}
-    call.save(
-        update_fields=[
-            "status",
-            "denial_reason",
-            "decided_by",
-            "decided_by_name",
-            "decided_at",
-            "finished_at",
-            "is_error",
-            "error",
-        ]
+    life.move(
+        call,
+        status,
+        life.Event(status, actor, {"reason": reason}),
+        denial_reason=reason,
+        decided_by=decided_by,
+        decided_by_name=actor,
+        decided_at=now,
+        finished_at=now,
+        is_error=True,
+        error={"kind": status, "message": f"{_LABELS[status]}: {reason}"},
     )
-    _event(call, status, actor, reason=reason)
-    _broadcast(call)
 
 
 def expire_waiting() -> int:

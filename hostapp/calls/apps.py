@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
+
+from hostapp.core.events import send_event_on_commit
 
 
 class CallsConfig(AppConfig):
@@ -9,9 +12,7 @@ class CallsConfig(AppConfig):
     verbose_name = "Calls"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_delete, post_save
-
-        from .models import Rule
+        from .models import Rule  # here, not at the top: models load after the app configs
 
         # Rules change what the policy decides: the agents' endpoint forgets what it decided.
         post_save.connect(_rule_changed, sender=Rule, dispatch_uid="calls.rule_saved")
@@ -19,6 +20,4 @@ class CallsConfig(AppConfig):
 
 
 def _rule_changed(sender: type, instance: object, **kwargs: object) -> None:
-    from hostapp.core.events import send_event_on_commit
-
     send_event_on_commit("policy.changed", {"server": getattr(instance, "server_name", "")})

@@ -34,7 +34,7 @@ class Rule(models.Model):
 
 
 class Call(models.Model):
-    """One tool call, from a person, the CLI or an agent: the ledger row."""
+    """One tool call, from a person, the CLI or an agent: the ledger row (written by `life`)."""
 
     # Statuses
     WAITING = "waiting"  # for a person to approve
@@ -67,11 +67,8 @@ class Call(models.Model):
     USER, CLI, AGENT = "user", "cli", "agent"
     REQUESTERS = [(USER, "user"), (CLI, "command line"), (AGENT, "agent")]
 
-    # When the call was made (a row written behind its answer is given its call's start).
+    # When the call was made (a row written when it has finished is given its call's start).
     created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
-    # Set on a row the ledger writer writes behind an answer: a batch retried after its
-    # commit went through but the connection was lost skips the rows already there.
-    write_key = models.UUIDField(null=True, blank=True, unique=True, editable=False)
     requester_kind = models.CharField(max_length=8, choices=REQUESTERS)
     requester_user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls"

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from .models import Call
+from . import life
 
 logger = logging.getLogger(__name__)
 
@@ -19,17 +19,7 @@ def prune(days: int | None = None) -> int:
     Calls whose action is a dead letter or of unknown outcome stay until a person acts.
     """
     cutoff = timezone.now() - timedelta(days=days or settings.PATCHBAY_RETENTION_DAYS)
-    old = Call.objects.filter(created_at__lt=cutoff, status__in=Call.FINAL).exclude(
-        Q(action__status__in=["dead", "unknown", "pending", "leased"])
-    )
-    deleted = 0
-    # In batches: a long ledger must not hold one huge transaction.
-    while True:
-        ids = list(old.values_list("pk", flat=True)[:1000])
-        if not ids:
-            break
-        Call.objects.filter(pk__in=ids).delete()
-        deleted += len(ids)
+    deleted = life.prune(cutoff, keep=Q(action__status__in=["dead", "unknown", "pending", "leased"]))
     if deleted:
         logger.info("pruned %d calls older than %s", deleted, cutoff.date())
     return deleted

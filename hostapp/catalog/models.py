@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import Any, NamedTuple
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -10,6 +9,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 
 from hostapp.core.crypto import EncryptedJSONField, EncryptedTextField
+from hostapp.core.jsonvalues import storable
 from hostapp.mcp.config import NAME_RE, ServerConfig
 
 READ_ONLY = "read_only"
@@ -181,22 +181,6 @@ def definition_hash(definition: dict[str, Any]) -> str:
     """The pin of a tool: a hash of its `PINNED_KEYS`. The definition holds JSON values only
     (`storable`)."""
     return hashlib.sha256(_pinned_text(definition).encode()).hexdigest()
-
-
-def storable(value: Any) -> Any:
-    """`value` as every database's JSON column keeps it: NaN and infinities, which are not
-    JSON (a server's JSON parser may accept them all the same), become null, as a JSON dump
-    of the SDK's models makes them; NUL characters, which PostgreSQL's jsonb refuses, are
-    removed from strings and keys."""
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {storable(key): storable(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [storable(item) for item in value]
-    return value
 
 
 class StoredDefinition(NamedTuple):

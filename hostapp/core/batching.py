@@ -1,8 +1,8 @@
 """A queue that one background thread per process drains in batches.
 
 Used where the code that produces something must not wait for it to leave: live events
-for the pages (`hostapp.core.events`) and the ledger rows written behind an answered call
-(`hostapp.calls.ledger`). Items are queued from any thread; the thread takes the first
+for the pages (`hostapp.core.events`) and the states a client pool reports
+(`hostapp.catalog.pool`). Items are queued from any thread; the thread takes the first
 item, gathers what arrives within a short window after it (up to a limit), and hands the
 batch to one function. Counting what was queued against what was handled lets callers
 wait for everything queued so far (`flush`), and a stop hands over what is queued before

@@ -14,13 +14,12 @@ stateless requests and 2025-era sessions). Patchbay adds what a host must:
   for a person while progress notifications keep a client that asked informed; past the
   limit the agent gets a result naming the call and how to ask for its status.
 
-A read-only call is answered as soon as its server answers when the policy's decision for
-its tool was read from the database less than `POLICY_FRESH` ago (by an earlier call) and
-the catalog has not changed since: its ledger row is written just after the answer, by
-the process's ledger writer (hostapp/calls/ledger.py). A call that runs longer than
-`RUNNING_VISIBLE_AFTER` is written as running first; a call that fails is written before
-the agent is told its number. Any other call reads the tool and the rules and writes its
-row before anything is sent.
+A read-only call goes straight to its server when the policy's decision for its tool was
+read from the database less than `POLICY_FRESH` ago (by an earlier call) and the catalog
+has not changed since; its row and its events are written in one transaction when the
+server has answered, and committed before the agent hears the answer. A call that runs
+longer than `RUNNING_VISIBLE_AFTER` is written as running first. Any other call reads the
+tool and the rules and writes its row before anything is sent.
 """
 
 from __future__ import annotations
@@ -36,15 +35,20 @@ from typing import Any
 import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.utils import timezone
 from mcp.server import Server
 from mcp.server.caching import CacheHint
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from hostapp.calls import ledger
+from hostapp.calls import actions as calls
+from hostapp.calls import life
 from hostapp.calls.models import Call
 from hostapp.calls.policy import Decision
+from hostapp.catalog.actions import applied_annotations
+from hostapp.catalog.models import Tool
+from hostapp.catalog.pool import current_pool
 from hostapp.mcp import McpFailure, Pool, errors, result_failure
 
 logger = logging.getLogger(__name__)
@@ -58,12 +62,12 @@ current_agent: ContextVar[AgentInfo | None] = ContextVar("patchbay_agent", defau
 CATALOG_TTL = 30.0
 PROGRESS_EVERY = 5.0
 # How long what the policy decided for a read-only tool (read with a call) lets later calls
-# of it be answered before their ledger row is written. A catalog change forgets it at once;
+# of it go to the server without reading the tool and the rules again. A catalog change forgets it at once;
 # this bounds how long a rule or a tool change can take to apply when no change event
 # reaches this process.
 POLICY_FRESH = 1.0
-# A read-only call answered before its row is written: still running after this long, it
-# is written as running (the Calls page shows it) and finished as any other.
+# A read-only call sent before its row is written: still running after this long, it is
+# written as running (the Calls page shows it) and finished as any other.
 RUNNING_VISIBLE_AFTER = 0.5
 # 2025-era sessions not seen for this long are no longer told of changes.
 LEGACY_SESSION_IDLE = 3600.0
@@ -138,9 +142,6 @@ def _with_deferred(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load_catalog() -> dict[str, Entry]:
-    from hostapp.catalog.actions import applied_annotations
-    from hostapp.catalog.models import Tool
-
     entries: dict[str, Entry] = {}
     tools = Tool.objects.filter(status=Tool.ACTIVE, server__enabled=True).select_related("server")
     for t in tools.order_by("exposed_name"):
@@ -340,8 +341,6 @@ class Gateway:
                 self.legacy_sessions.pop(key, None)
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        from hostapp.calls import actions as calls
-
         agent = _agent(ctx)
         self._remember(ctx)
         name = params.name
@@ -363,6 +362,7 @@ class Gateway:
             details = "; ".join(f"{e['path'] or '(arguments)'}: {e['message']}" for e in exc.errors[:10])
             return _text_result(exc.message + (f" ({details})" if details else ""), is_error=True)
         if call.decision == Call.RUN and call.status == Call.RUNNING:
+            assert call.tool is not None
             if generation == self._routes_generation:
                 decision = Decision(call.decision, call.decision_reason)
                 self.routes[name] = Route(call.tool, decision, read_at, calls.schema_key(call.tool.input_schema))
@@ -371,32 +371,20 @@ class Gateway:
         return await self._await(ctx, call)
 
     def _fresh_route(self, name: str, arguments: dict[str, Any]) -> tuple[Route, Pool] | None:
-        """The tool's route, and the pool running its server, if its call may be answered
+        """The tool's route, and the pool running its server, if its call may go to the server
         before its row is written."""
-        from hostapp.calls.actions import check_arguments
-        from hostapp.catalog.pool import current_pool
-
         route = self.routes.get(name)
-        if (
-            route is None
-            or not settings.PATCHBAY_LEDGER_WRITE_BEHIND
-            or time.monotonic() - route.read_at >= POLICY_FRESH
-            or not ledger.writer.accepting()
-        ):
+        if route is None or time.monotonic() - route.read_at >= POLICY_FRESH:
             return None
         pool = current_pool(route.tool.server)
-        if pool is None or check_arguments(route.schema, arguments):
+        if pool is None or calls.check_arguments(route.schema, arguments):
             return None  # the path that writes first starts the server, or says what is wrong
         return route, pool
 
     async def _run_read_only(
         self, route: Route, pool: Pool, requester: Any, arguments: dict[str, Any]
     ) -> types.CallToolResult:
-        """Call the server, answer, and leave the row to the ledger writer (see the module's doc)."""
-        from django.utils import timezone
-
-        from hostapp.calls import actions as calls
-
+        """Call the server, write the call, answer (see the module's doc)."""
         tool = route.tool
         started_at, started = timezone.now(), time.perf_counter()
         upstream = asyncio.ensure_future(pool.acall_tool(tool.server.name, tool.original_name, arguments))
@@ -411,11 +399,7 @@ class Gateway:
                         tool, route.decision, requester, arguments, started_at
                     )
                 )
-                try:
-                    await asyncio.shield(running)
-                except Exception:  # boundary: the call goes on; its row is written when it ends
-                    logger.exception("a running read-only call could not be recorded as running")
-                    running = None
+                await asyncio.shield(running)
             try:
                 result = await upstream
                 failure = result_failure(result, tool.original_name)
@@ -428,19 +412,17 @@ class Gateway:
             upstream.cancel()
             self._record_cancelled(route, requester, arguments, started_at, time.perf_counter() - started, running)
             raise
+        except Exception:  # the running row could not be written: no call goes on off the record
+            upstream.cancel()
+            raise
         seconds = time.perf_counter() - started
         if running is not None:
-            call = await sync_to_async(calls.record_outcome, thread_sensitive=False)(
-                running.result(), result, failure, seconds
+            call = await sync_to_async(life.finish, thread_sensitive=False)(running.result(), result, failure, seconds)
+        else:
+            call = await sync_to_async(calls.record_ran, thread_sensitive=False)(
+                tool, route.decision, requester, arguments, started_at, result, failure, seconds
             )
-            return result_for(call)
-        finished = calls.finished_call(tool, route.decision, requester, arguments, started_at, result, failure, seconds)
-        if result is None:
-            # The agent is told the call's number: the row comes first.
-            [call] = await sync_to_async(ledger.write, thread_sensitive=False)([finished])
-            return result_for(call)
-        ledger.writer.submit(finished)
-        return _upstream_result(result)
+        return result_for(call)
 
     def _record_cancelled(
         self,
@@ -451,33 +433,27 @@ class Gateway:
         seconds: float,
         running: asyncio.Future[Call] | None,
     ) -> None:
-        """The agent went away mid-call: the row says so (the server may have answered)."""
-        from hostapp.calls import actions as calls
-
+        """The agent went away mid-call: the row says so (the server may have answered),
+        written in the background (the request that would have waited for it is gone)."""
         failure = errors.ambiguous_error("the agent went away before the call finished", reason="cancelled")
 
-        def as_ended() -> None:
-            ledger.writer.submit(
-                calls.finished_call(
+        async def record() -> None:
+            call = None
+            if running is not None:
+                try:
+                    call = await asyncio.shield(running)
+                except Exception:  # boundary: not on record as running; on record as it ended
+                    call = None
+            if call is not None:
+                await sync_to_async(life.finish, thread_sensitive=False)(call, None, failure, seconds)
+            else:
+                await sync_to_async(calls.record_ran, thread_sensitive=False)(
                     route.tool, route.decision, requester, arguments, started_at, None, failure, seconds
                 )
-            )
 
-        if running is None:
-            as_ended()
-            return
-
-        def finish(row: asyncio.Future[Call]) -> None:
-            if row.cancelled() or row.exception() is not None:
-                as_ended()  # not on record as running: on record as it ended
-                return
-            task = asyncio.ensure_future(
-                sync_to_async(calls.record_outcome, thread_sensitive=False)(row.result(), None, failure, seconds)
-            )
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-        running.add_done_callback(finish)
+        task = asyncio.ensure_future(record())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _await(self, ctx: Any, call: Call) -> types.CallToolResult:
         started = time.monotonic()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -30,13 +31,16 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, DateTimeField, F, Model, Q, QuerySet, Value, When
-from django.db.models.functions import Cast, Coalesce
+from django.db.models import Q
 from django.utils import timezone
 
-from hostapp.calls.models import Call, CallEvent
+from hostapp.calls import life
+from hostapp.calls.actions import expire_waiting
+from hostapp.calls.models import Call
 from hostapp.catalog.actions import applied_annotations
 from hostapp.catalog.models import Server, Tool
+from hostapp.catalog.pool import pool_for
+from hostapp.core.bulk import update_each
 from hostapp.core.events import send_event_on_commit
 from hostapp.core.redis_client import redis_client
 from hostapp.mcp import McpFailure, ServerConfig, result_failure
@@ -101,7 +105,7 @@ def _queue_delivery(action_id: int) -> None:
     A worker clears the flag before its first claim, so an action committed before the flag
     was found set is due when that claim looks: it is claimed then, or by a batch after it.
     """
-    from .tasks import deliver
+    from .tasks import deliver  # the Celery task/action pair: tasks imports this module
 
     if not _flag("set"):
         return
@@ -120,10 +124,15 @@ def enqueue(call: Call) -> Action:
         tool = Tool.objects.filter(exposed_name=call.tool_name).only("outbox_max_attempts").first()
     max_attempts = (tool.outbox_max_attempts if tool else None) or settings.PATCHBAY_OUTBOX_MAX_ATTEMPTS
     action = Action.objects.create(call=call, max_attempts=max_attempts, next_attempt_at=timezone.now())
-    CallEvent.objects.create(call=call, kind="queued", detail={"action": action.pk, "key": action.idempotency_key})
+    life.note(call, "queued", action=action.pk, key=action.idempotency_key)
     transaction.on_commit(lambda: _queue_delivery(action.pk))
-    send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
+    _announce([action])
     return action
+
+
+def on_delivery(sender: Any, call: Call, **kwargs: Any) -> None:
+    """`life.delivery`'s receiver (hostapp/outbox/apps.py connects it)."""
+    enqueue(call)
 
 
 def backoff(attempts: int) -> float:
@@ -150,50 +159,15 @@ def retry_is_safe(tool: Tool | None) -> bool:
     )
 
 
-def _call_status(action_status: str) -> str:
-    return {
-        Action.PENDING: Call.QUEUED,
-        Action.LEASED: Call.RUNNING,
-        Action.DONE: Call.SUCCEEDED,
-        Action.DEAD: Call.FAILED,
-        Action.UNKNOWN: Call.UNKNOWN,
-        Action.DISCARDED: Call.FAILED,
-    }[action_status]
-
-
-# --- a few statements for many rows --------------------------------------------------------------
-
-
-def _update_each(queryset: QuerySet[Any], key: str, rows: dict[Any, dict[str, Any]]) -> int:
-    """One UPDATE of the rows of `queryset`, each (found by its `key` value) to its own values.
-
-    A field given the same value for every row is set plainly; otherwise it is a CASE on the
-    key, and a row given no value for it keeps its own.
-    """
-    model: type[Model] = queryset.model
-    names = list(dict.fromkeys(name for values in rows.values() for name in values))
-    changes: dict[str, Any] = {}
-    for name in names:
-        given = [(k, values[name]) for k, values in rows.items() if name in values]
-        first = given[0][1]
-        if len(given) == len(rows) and all(value == first for _, value in given[1:]):
-            changes[name] = first
-            continue
-        field = model._meta.get_field(name)
-        whens = [When(**{key: k}, then=_expression(value, field)) for k, value in given]
-        case: Any = Case(*whens, default=F(name), output_field=field)  # type: ignore[arg-type]
-        if connection.features.requires_casted_case_in_updates:
-            case = Cast(case, output_field=field)  # type: ignore[arg-type]
-        changes[name] = case
-    return queryset.update(**changes)
-
-
-def _expression(value: Any, field: Any) -> Any:
-    if hasattr(value, "resolve_expression"):
-        return value
-    if value is None:
-        return Value(None)  # SQL NULL, as saving None stores it (a JSON field's too, not JSON null)
-    return Value(value, output_field=field)
+# What each state of an action makes its call.
+CALL_STATUS = {
+    Action.PENDING: Call.QUEUED,
+    Action.LEASED: Call.RUNNING,
+    Action.DONE: Call.SUCCEEDED,
+    Action.DEAD: Call.FAILED,
+    Action.UNKNOWN: Call.UNKNOWN,
+    Action.DISCARDED: Call.FAILED,
+}
 
 
 def _returning_ids(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
@@ -202,26 +176,17 @@ def _returning_ids(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         return list(cursor.fetchall())
 
 
-def _announce(changes: list[tuple[Action, Call]]) -> None:
-    """Tell open pages, on commit: one action as ever; a batch in one event per status."""
-    if len(changes) == 1:
-        action, call = changes[0]
-        send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
-        send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
+def _announce(actions: list[Action]) -> None:
+    """Tell open pages, on commit: one action as ever; a batch in one event per status.
+    (Their calls' moves are announced by `life`.)"""
+    if len(actions) == 1:
+        send_event_on_commit("outbox.changed", {"id": actions[0].pk, "status": actions[0].status})
         return
-    groups: dict[tuple[str, str], list[tuple[Action, Call]]] = defaultdict(list)
-    for action, call in changes:
-        groups[(action.status, call.status)].append((action, call))
-    for (status, call_status), group in groups.items():
-        send_event_on_commit("outbox.changed", {"ids": [a.pk for a, _ in group], "status": status})
-        send_event_on_commit(
-            "call.changed",
-            {
-                "ids": [c.pk for _, c in group],
-                "status": call_status,
-                "tools": sorted({c.tool_name for _, c in group}),
-            },
-        )
+    groups: dict[str, list[int]] = defaultdict(list)
+    for action in actions:
+        groups[action.status].append(action.pk)
+    for status, ids in groups.items():
+        send_event_on_commit("outbox.changed", {"ids": ids, "status": status})
 
 
 # --- claiming ---------------------------------------------------------------------------------
@@ -278,17 +243,17 @@ def claim_batch(worker: str, limit: int | None = None, ids: list[int] | None = N
         Attempt.objects.bulk_create(
             [Attempt(action_id=i, number=n, worker=worker, started_at=now, outcome="started") for i, _, n in taken]
         )
-        started = Coalesce(F("started_at"), Value(now, output_field=DateTimeField()))
-        _update_each(
-            Call.objects.filter(pk__in=[c for _, c, _ in taken]),
-            "pk",
-            {c: {"status": Call.RUNNING, "attempts": n, "started_at": started} for _, c, n in taken},
-        )
         batch = sorted(
             Action.objects.select_related("call").filter(pk__in=[i for i, _, _ in taken]).order_by(),
             key=lambda a: (a.next_attempt_at, a.pk),
         )
-        _announce([(action, action.call) for action in batch])
+        _announce(batch)
+        life.apply(
+            [
+                life.Move(a.call, Call.RUNNING, {"attempts": a.attempts, "started_at": a.call.started_at or now})
+                for a in batch
+            ]
+        )
     return batch
 
 
@@ -338,8 +303,6 @@ class _Send:
 
 def _send_all(sends: list[_Send]) -> dict[int, tuple[Any, float]]:
     """Make the requests concurrently through the pool: {index: (result or exception, seconds)}."""
-    from hostapp.catalog.pool import pool_for
-
     timeout = settings.PATCHBAY_OUTBOX_CALL_TIMEOUT
     out: dict[int, tuple[Any, float]] = {}
     pool: Any = None
@@ -555,57 +518,42 @@ def record_batch(worker: str, items: list[tuple[Action, Outcome, float]]) -> lis
 
 
 def _finish(worker: str, now: datetime, items: list[tuple[Action, Outcome, float]]) -> None:
-    """The rest of recording held leases: the attempts, the calls, their events, the hooks."""
-    _update_each(
+    """The rest of recording held leases: the attempts, the calls' moves, the hooks."""
+    update_each(
         Attempt.objects.filter(reduce(or_, (Q(action_id=a.pk, number=a.attempts) for a, _, _ in items))),
         "action_id",
         {a.pk: {"finished_at": now, "outcome": o.status, "error": o.error} for a, o, _ in items},
     )
-    calls: dict[int, dict[str, Any]] = {}
-    events = []
+    moves = []
     hooks = []
     for action, outcome, seconds in items:
         status = _ACTION_STATUS[outcome.status]
         if status == Action.DONE:
             action.status, action.lease_until, action.last_error, action.done_at = status, None, None, now
-        call = action.call
-        call.status = _call_status(status)
-        call.attempts = action.attempts
-        call.error = outcome.error
-        call.is_error = outcome.status != "done"
-        call.duration_ms = round(seconds * 1000, 2)
-        values = {
-            "status": call.status,
-            "attempts": call.attempts,
-            "error": call.error,
-            "is_error": call.is_error,
-            "duration_ms": call.duration_ms,
+        fields: dict[str, Any] = {
+            "attempts": action.attempts,
+            "error": outcome.error,
+            "is_error": outcome.status != "done",
+            "duration_ms": round(seconds * 1000, 2),
         }
         if outcome.result is not None:
-            call.result = values["result"] = outcome.result
+            fields["result"] = outcome.result
         if status in (Action.DONE, Action.DEAD, Action.UNKNOWN):
-            call.finished_at = values["finished_at"] = now
-        calls[call.pk] = values
-        events.append(
-            CallEvent(
-                call=call,
-                kind=_EVENT_KIND[outcome.status],
-                actor=worker,
-                detail={
-                    "attempt": action.attempts,
-                    "error": outcome.error,
-                    "next_attempt_at": action.next_attempt_at.isoformat() if status == Action.PENDING else None,
-                },
-            )
-        )
+            fields["finished_at"] = now
+        detail = {
+            "attempt": action.attempts,
+            "error": outcome.error,
+            "next_attempt_at": action.next_attempt_at.isoformat() if status == Action.PENDING else None,
+        }
+        event = life.Event(_EVENT_KIND[outcome.status], worker, detail, now)
+        moves.append(life.Move(action.call, CALL_STATUS[status], fields, event))
         if status == Action.PENDING:
             delay = max(0.0, (action.next_attempt_at - now).total_seconds())
-            hooks.append(lambda a=action.pk, d=delay: _queue_retry(a, d))
+            hooks.append(functools.partial(_queue_retry, action.pk, delay))
         if status == Action.DEAD:
-            hooks.append(lambda a=action.pk: _alert(a))
-    _update_each(Call.objects.filter(pk__in=list(calls)), "pk", calls)
-    CallEvent.objects.bulk_create(events)
-    _announce([(action, action.call) for action, _, _ in items])
+            hooks.append(functools.partial(_alert, action.pk))
+    _announce([action for action, _, _ in items])
+    life.apply(moves)
     for hook in hooks:
         transaction.on_commit(hook)
 
@@ -616,7 +564,7 @@ def record(action: Action, worker: str, outcome: Outcome, seconds: float) -> str
 
 
 def _queue_retry(action_id: int, delay: float) -> None:
-    from .tasks import deliver
+    from .tasks import deliver  # the Celery task/action pair: tasks imports this module
 
     try:
         deliver.apply_async((action_id,), countdown=delay)
@@ -625,7 +573,7 @@ def _queue_retry(action_id: int, delay: float) -> None:
 
 
 def _alert(action_id: int) -> None:
-    from .tasks import send_dead_letter_alert
+    from .tasks import send_dead_letter_alert  # the Celery task/action pair: tasks imports this module
 
     Action.objects.filter(pk=action_id).update(alerted=True)
     send_event_on_commit("outbox.dead_letter", {"id": action_id})
@@ -676,23 +624,16 @@ def reclaim_expired_leases() -> int:
             Attempt.objects.filter(action=action, number=action.attempts).update(
                 finished_at=now, outcome=outcome, error=error
             )
-            call = action.call
-            call.status = _call_status(action.status)
-            call.error = error
-            call.attempts = action.attempts
+            fields: dict[str, Any] = {"error": error, "attempts": action.attempts}
             if action.status in (Action.DEAD, Action.UNKNOWN):
-                call.is_error = True
-                call.finished_at = now
-            call.save(update_fields=["status", "error", "attempts", "is_error", "finished_at"])
+                fields.update(is_error=True, finished_at=now)
+            event = life.Event("lease_expired", "", {"attempt": action.attempts, "then": action.status})
+            _announce([action])
+            life.move(action.call, CALL_STATUS[action.status], event, **fields)
             if action.status == Action.PENDING:
-                transaction.on_commit(lambda a=action.pk: _queue_delivery(a))
-            CallEvent.objects.create(
-                call=call, kind="lease_expired", detail={"attempt": action.attempts, "then": action.status}
-            )
-            send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
-            send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
+                transaction.on_commit(functools.partial(_queue_delivery, action.pk))
             if action.status == Action.DEAD:
-                transaction.on_commit(lambda a=action.pk: _alert(a))
+                transaction.on_commit(functools.partial(_alert, action.pk))
             reclaimed += 1
     return reclaimed
 
@@ -713,8 +654,6 @@ def requeue_due(limit: int = 1000) -> int:
 
 
 def sweep() -> dict[str, int]:
-    from hostapp.calls.actions import expire_waiting
-
     return {"reclaimed": reclaim_expired_leases(), "requeued": requeue_due(), "expired": expire_waiting()}
 
 
@@ -747,16 +686,10 @@ def redrive(action_id: int, actor: str) -> Action:
         action.save(
             update_fields=["status", "next_attempt_at", "queued_at", "max_attempts", "resolved_by", "resolution"]
         )
-        call = action.call
-        call.status = Call.QUEUED
-        call.finished_at = None
-        call.is_error = False
-        call.error = None
-        call.save(update_fields=["status", "finished_at", "is_error", "error"])
-        CallEvent.objects.create(call=call, kind="redriven", actor=actor, detail={"key": action.idempotency_key})
-        transaction.on_commit(lambda: _queue_delivery(action.pk))
-        send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
-        send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
+        event = life.Event("redriven", actor, {"key": action.idempotency_key})
+        transaction.on_commit(functools.partial(_queue_delivery, action.pk))
+        _announce([action])
+        life.move(action.call, Call.QUEUED, event, finished_at=None, is_error=False, error=None)
     return action
 
 
@@ -799,18 +732,12 @@ def _resolve(
         action.resolution = resolution
         action.done_at = now
         action.save(update_fields=["status", "resolved_by", "resolution", "done_at"])
-        call = action.call
-        call.status = call_status
-        call.finished_at = now
         if status == Action.DISCARDED:
-            call.is_error = True
-            call.error = {"kind": "discarded", "message": resolution}
+            outcome = {"is_error": True, "error": {"kind": "discarded", "message": resolution}}
         else:
             # Someone checked: it did take effect. What was unknown is no longer an error.
-            call.is_error = False
-            call.error = None
-        call.save(update_fields=["status", "finished_at", "is_error", "error"])
-        CallEvent.objects.create(call=call, kind=status, actor=actor, detail={"resolution": resolution})
-        send_event_on_commit("outbox.changed", {"id": action.pk, "status": action.status})
-        send_event_on_commit("call.changed", {"id": call.pk, "status": call.status, "tool": call.tool_name})
+            outcome = {"is_error": False, "error": None}
+        event = life.Event(status, actor, {"resolution": resolution})
+        _announce([action])
+        life.move(action.call, call_status, event, finished_at=now, **outcome)
     return action

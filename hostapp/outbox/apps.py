@@ -7,3 +7,12 @@ class OutboxConfig(AppConfig):
     name = "hostapp.outbox"
     label = "outbox"
     verbose_name = "Outbox"
+
+    def ready(self) -> None:
+        # Imported here, not at the top: models load after the app configs.
+        from hostapp.calls import life
+
+        from .actions import on_delivery
+
+        # Calls made or approved for delivery come to the outbox in their own transaction.
+        life.delivery.connect(on_delivery, sender=None, dispatch_uid="outbox.enqueue")

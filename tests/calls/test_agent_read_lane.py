@@ -1,21 +1,21 @@
-"""Read-only calls from agents: answered as soon as the server answers, recorded just after.
+"""Read-only calls from agents: sent to the server at once, on record before the answer.
 
-The agents' endpoint (hostapp/gateway/server.py) answers a read-only call before its ledger
-row is written when the policy's decision for the tool was read less than a second ago and
-the catalog has not changed since; the row is written by the ledger writer
-(hostapp/calls/ledger.py). These tests drive the endpoint's handler in this process, against
-a real server through this process's pool, and check that the ledger ends up the same as
-when the row is written first, that a policy change applies to the next call, that a slow
-call shows as running, and that the writer loses nothing when the database refuses it.
+The agents' endpoint (hostapp/gateway/server.py) sends a read-only call straight to its
+server when the policy's decision for the tool was read less than a second ago and the
+catalog has not changed since; the call's row and events are written in one transaction
+when the server has answered, before the agent hears it. These tests drive the endpoint's
+handler in this process, against a real server through this process's pool, and check that
+the ledger ends up the same as when the row is written first, that it is there before the
+answer, that a policy change applies to the next call, that a slow call shows as running,
+and that a call the agent gave up on is on record too. (That a web process killed right
+after an answer loses no row: tests/gateway/test_killed_web.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import dataclasses
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,9 +23,17 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-from django.db import OperationalError
+from asgiref.sync import sync_to_async
 from django.test import override_settings
 
+from hostapp.calls.models import Call, Rule
+from hostapp.catalog.actions import refresh_server, set_class_override
+from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, Server, Tool
+from hostapp.catalog.pool import close_pool
+from hostapp.core import events
+from hostapp.gateway import server as gateway_server
+from hostapp.gateway.server import AGENT_SCOPE_KEY, AgentInfo, Gateway
+from hostapp.gateway.tokens import create_token
 from tests.helpers import REPO, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,9 +70,6 @@ class Agent:
     """The endpoint's handler, called as the SDK calls it for one agent's requests."""
 
     def __init__(self, name: str = "reader") -> None:
-        from hostapp.gateway.server import AGENT_SCOPE_KEY, AgentInfo, Gateway
-        from hostapp.gateway.tokens import create_token
-
         token, _ = create_token(name)
         self.pk = token.pk
         self.gateway = Gateway()
@@ -80,55 +85,34 @@ class Agent:
     def close(self) -> None:
         self.loop.close()
 
+    async def acall(self, name: str, arguments: dict[str, Any] | None = None) -> types.CallToolResult:
+        params = types.CallToolRequestParams(name=name, arguments=arguments or {})
+        return await self.gateway.call_tool(self.ctx, params)
+
+    def fast(self, name: str) -> bool:
+        """Whether the next call of `name` goes to the server before its row is written."""
+        return self.gateway.routes.get(name) is not None
+
 
 @pytest.fixture
 def agent(mailbox: Any) -> Iterator[Agent]:
-    from hostapp.calls.ledger import writer
-
     agent = Agent()
     try:
         yield agent
     finally:
-        writer.flush()
         agent.close()
-
-
-@pytest.fixture
-def written() -> Iterator[list[Any]]:
-    """The ledger writer's submissions, as they happen (the writer still writes them)."""
-    from hostapp.calls.ledger import writer
-
-    seen: list[Any] = []
-    submit = writer.submit
-
-    def spy(item: Any) -> None:
-        seen.append(item)
-        submit(item)
-
-    writer.submit = spy  # type: ignore[method-assign]
-    try:
-        yield seen
-    finally:
-        del writer.submit
 
 
 def _text(result: types.CallToolResult) -> str:
     return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
-def test_a_read_only_call_is_recorded_the_same_whether_its_row_comes_first_or_after(
-    agent: Agent, written: list[Any]
-) -> None:
-    from hostapp.calls.ledger import writer
-    from hostapp.calls.models import Call
-
+def test_a_read_only_call_is_recorded_the_same_whether_it_reads_the_policy_or_not(agent: Agent) -> None:
     first = agent.call("mailbox__read", {"message_id": "msg-0001"})  # reads the policy, writes first
-    assert not written
-    second = agent.call("mailbox__read", {"message_id": "msg-0001"})  # answered, then written
-    assert len(written) == 1
+    assert agent.fast("mailbox__read")
+    second = agent.call("mailbox__read", {"message_id": "msg-0001"})  # straight to the server
     assert not first.is_error and not second.is_error
     assert first.model_dump() == second.model_dump()
-    assert writer.flush()
 
     calls = list(Call.objects.order_by("pk"))
     assert len(calls) == 2
@@ -144,42 +128,41 @@ def test_a_read_only_call_is_recorded_the_same_whether_its_row_comes_first_or_af
     assert succeeded.at == calls[1].finished_at
 
 
-def test_with_write_behind_off_every_call_is_written_before_it_runs(agent: Agent, written: list[Any]) -> None:
-    from hostapp.calls.models import Call
+def test_the_row_is_committed_before_the_agent_hears_the_answer(agent: Agent) -> None:
+    """The row is read from another connection (a thread of its own) the moment the
+    handler returns: nothing is left to write after the answer."""
+    agent.call("mailbox__read", {"message_id": "msg-0001"})
 
-    with override_settings(PATCHBAY_LEDGER_WRITE_BEHIND=False):
-        for _ in range(3):
-            assert not agent.call("mailbox__read", {"message_id": "msg-0001"}).is_error
-    assert not written and Call.objects.filter(status=Call.SUCCEEDED).count() == 3
+    async def answer_then_look() -> tuple[types.CallToolResult, list[str]]:
+        result = await agent.acall("mailbox__read", {"message_id": "msg-0002"})
+        rows = await sync_to_async(
+            lambda: [c.status for c in Call.objects.filter(arguments__message_id="msg-0002")], thread_sensitive=False
+        )()
+        return result, rows
+
+    result, rows = agent.loop.run_until_complete(answer_then_look())
+    assert not result.is_error
+    assert rows == [Call.SUCCEEDED]
 
 
-def test_a_tool_error_is_recorded_after_the_answer_like_the_server_said_it(agent: Agent, written: list[Any]) -> None:
-    from hostapp.calls.ledger import writer
-    from hostapp.calls.models import Call
-
+def test_a_tool_error_is_recorded_like_the_server_said_it(agent: Agent) -> None:
     agent.call("mailbox__read", {"message_id": "msg-0001"})
     result = agent.call("mailbox__read", {"message_id": "no-such-message"})
-    assert result.is_error and len(written) == 1
-    assert writer.flush()
+    assert result.is_error
     call = Call.objects.latest("pk")
     assert call.status == Call.FAILED and call.is_error and call.result is not None
     assert call.result.get("isError") is True
     assert [e.kind for e in call.events.order_by("pk")] == ["created", "failed"]
 
 
-def test_arguments_the_schema_refuses_get_the_same_answer_as_ever(agent: Agent, written: list[Any]) -> None:
-    from hostapp.calls.models import Call
-
+def test_arguments_the_schema_refuses_get_the_same_answer_as_ever(agent: Agent) -> None:
     agent.call("mailbox__read", {"message_id": "msg-0001"})
     result = agent.call("mailbox__read", {"message_id": 7})
     assert result.is_error and "invalid arguments" in _text(result)
-    assert not written and Call.objects.count() == 1  # refused before any call, as always
+    assert Call.objects.count() == 1  # refused before any call, as always
 
 
 def test_a_rule_applies_to_the_next_call_when_its_change_is_heard(agent: Agent, monkeypatch: Any) -> None:
-    from hostapp.calls.models import Call, Rule
-    from hostapp.core import events
-
     sent: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(events, "_send", lambda kind, data: sent.append((kind, data)))
     agent.call("mailbox__read", {"message_id": "msg-0001"})
@@ -191,164 +174,34 @@ def test_a_rule_applies_to_the_next_call_when_its_change_is_heard(agent: Agent, 
     assert Call.objects.latest("pk").status == Call.BLOCKED
 
 
-def test_without_any_change_event_a_rule_applies_within_the_freshness_bound(agent: Agent, monkeypatch: Any) -> None:
-    from hostapp.calls.models import Call, Rule
-    from hostapp.gateway import server
-
-    monkeypatch.setattr(server, "POLICY_FRESH", 0.3)
+def test_without_any_change_event_a_rule_applies_once_the_decision_is_older_than_the_bound(agent: Agent) -> None:
     agent.call("mailbox__read", {"message_id": "msg-0001"})
     Rule.objects.create(server_name="mailbox", tool_name="mailbox__read", action=Rule.BLOCK, reason="stop")
-    time.sleep(0.35)
+    route = agent.gateway.routes["mailbox__read"]
+    # The decision as old as the bound allows: the next call reads the rules again.
+    agent.gateway.routes["mailbox__read"] = dataclasses.replace(
+        route, read_at=route.read_at - gateway_server.POLICY_FRESH
+    )
     result = agent.call("mailbox__read", {"message_id": "msg-0001"})
     assert result.is_error and "stop" in _text(result)
     assert Call.objects.latest("pk").status == Call.BLOCKED
 
 
-def test_a_catalog_change_sends_the_next_call_through_the_database(agent: Agent, written: list[Any]) -> None:
-    from hostapp.calls.models import Call
-    from hostapp.catalog.actions import set_class_override
-    from hostapp.catalog.models import DESTRUCTIVE, Tool
-
+def test_a_catalog_change_sends_the_next_call_through_the_database(agent: Agent) -> None:
     agent.call("mailbox__read", {"message_id": "msg-0001"})
     set_class_override(Tool.objects.select_related("server").get(exposed_name="mailbox__read"), DESTRUCTIVE)
     agent.loop.run_until_complete(agent.gateway.catalog_changed())  # what hearing catalog.changed does
+    assert not agent.fast("mailbox__read")
     # Destructive now: the call waits for a person (the agent is told its number at once here).
     with override_settings(PATCHBAY_AGENT_APPROVAL_WAIT=0):
         result = agent.call("mailbox__read", {"message_id": "msg-0001"})
-    assert not written
     call = Call.objects.latest("pk")
     assert call.status == Call.WAITING and f"Call #{call.pk}" in _text(result)
 
 
-def test_the_writer_keeps_rows_while_the_database_refuses_them(
-    transactional_db: None, monkeypatch: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    from hostapp.calls import ledger
-    from hostapp.calls.models import Call
-
-    monkeypatch.setattr(ledger, "RETRY_FIRST", 0.05)
-    write = ledger.write
-    refusals = {"left": 3}
-
-    def flaky(batch: list[ledger.Finished], **options: Any) -> list[Any]:
-        if refusals["left"]:
-            refusals["left"] -= 1
-            raise OperationalError("database is locked")
-        return write(batch, **options)
-
-    monkeypatch.setattr(ledger, "write", flaky)
-    writer = ledger.LedgerWriter()
-    caplog.set_level(logging.WARNING, logger="hostapp.calls.ledger")
-    for i in range(3):
-        writer.submit(_finished(f"t{i}"))
-    wait_until(lambda: not writer.accepting(), timeout=5, what="the writer to say it is failing")
-    assert writer.flush(10)
-    assert writer.accepting()
-    assert sorted(Call.objects.values_list("tool_name", flat=True)) == ["ops__t0", "ops__t1", "ops__t2"]
-    assert "retrying" in caplog.text
-    writer.stop()
-
-
-def test_a_batch_whose_commit_went_through_before_the_connection_was_lost_is_not_written_twice(
-    transactional_db: None, monkeypatch: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The double fault: the batch is committed, then the connection drops before the writer
-    hears so. The retry finds the rows by their write keys and writes only what is missing."""
-    from hostapp.calls import ledger
-    from hostapp.calls.models import Call
-
-    monkeypatch.setattr(ledger, "RETRY_FIRST", 0.05)
-    write = ledger.write
-    attempts: list[bool] = []
-
-    def lost_after_commit(batch: list[ledger.Finished], **options: Any) -> list[Any]:
-        attempts.append(options.get("retry", False))
-        written = write(batch, **options)
-        if len(attempts) == 1:
-            raise OperationalError("server closed the connection unexpectedly")
-        return written
-
-    monkeypatch.setattr(ledger, "write", lost_after_commit)
-    writer = ledger.LedgerWriter()
-    caplog.set_level(logging.WARNING, logger="hostapp.calls.ledger")
-    items = [_finished(f"t{i}") for i in range(3)]
-    for item in items:
-        writer.submit(item)
-    assert writer.flush(10)
-    assert attempts[0] is False and attempts[1:] and all(attempts[1:])
-    assert sorted(Call.objects.values_list("tool_name", flat=True)) == ["ops__t0", "ops__t1", "ops__t2"]
-    assert {c.write_key for c in Call.objects.all()} == {item.fields["write_key"] for item in items}
-    assert "retrying" in caplog.text
-    writer.stop()
-
-
-def test_a_retry_writes_the_calls_of_the_batch_that_are_not_there_yet(transactional_db: None) -> None:
-    from hostapp.calls import ledger
-    from hostapp.calls.models import Call
-
-    items = [_finished(f"t{i}") for i in range(3)]
-    for item in items:
-        item.fields["write_key"] = uuid.uuid4()
-    ledger.write(items[:1])
-    ledger.write(items, retry=True)
-    assert sorted(Call.objects.values_list("tool_name", flat=True)) == ["ops__t0", "ops__t1", "ops__t2"]
-    assert ledger.write(items, retry=True) == []
-    assert Call.objects.count() == 3
-
-
-def test_a_row_the_database_cannot_take_is_logged_and_the_others_written(
-    transactional_db: None, caplog: pytest.LogCaptureFixture
-) -> None:
-    from hostapp.calls import ledger
-    from hostapp.calls.models import Call
-
-    writer = ledger.LedgerWriter()
-    broken = _finished("broken")
-    broken.fields["server_name"] = None  # NOT NULL
-    caplog.set_level(logging.ERROR, logger="hostapp.calls.ledger")
-    for item in (_finished("a"), broken, _finished("b")):
-        writer.submit(item)
-    assert writer.flush(10)
-    assert sorted(Call.objects.values_list("tool_name", flat=True)) == ["ops__a", "ops__b"]
-    assert "refuses" in caplog.text and "ops__broken" in caplog.text
-    writer.stop()
-
-
-def test_a_result_the_database_refuses_is_recorded_with_a_note_instead(
-    transactional_db: None, caplog: pytest.LogCaptureFixture
-) -> None:
-    """PostgreSQL takes no NaN (nor a NUL byte) in JSON, SQLite's JSON check no NaN: the call
-    is on record all the same, its result replaced by why it is not kept."""
-    from hostapp.calls import ledger
-    from hostapp.calls.models import Call
-
-    writer = ledger.LedgerWriter()
-    odd = _finished("odd")
-    odd.fields["result"] = {"content": [{"type": "text", "text": "x"}], "structuredContent": {"v": float("nan")}}
-    caplog.set_level(logging.WARNING, logger="hostapp.calls.ledger")
-    for item in (_finished("a"), odd):
-        writer.submit(item)
-    assert writer.flush(10)
-    rows = {c.tool_name: c for c in Call.objects.all()}
-    assert sorted(rows) == ["ops__a", "ops__odd"]
-    assert rows["ops__a"].result == {"content": [{"type": "text", "text": "a"}], "isError": False}
-    note = rows["ops__odd"].result["content"][0]["text"]
-    assert note.startswith("not stored: the database refused it"), note
-    assert rows["ops__odd"].status == Call.SUCCEEDED
-    assert "without what the database refuses" in caplog.text
-    writer.stop()
-
-
-def test_a_slow_read_only_call_shows_as_running_while_it_runs(
-    transactional_db: None, tmp_path: Path, monkeypatch: Any
-) -> None:
-    from hostapp.calls.ledger import writer
-    from hostapp.calls.models import Call
-    from hostapp.catalog.actions import refresh_server, set_class_override
-    from hostapp.catalog.models import READ_ONLY, Server, Tool
-    from hostapp.catalog.pool import close_pool
-    from hostapp.gateway import server as gateway_server
-
+@pytest.fixture
+def slowpoke(transactional_db: None, tmp_path: Path, monkeypatch: Any) -> Iterator[Agent]:
+    """An agent of a trusted server whose `slow` and `echo` are read-only; its policy read."""
     monkeypatch.setattr(gateway_server, "RUNNING_VISIBLE_AFTER", 0.2)
     server = Server.objects.create(
         name="slowpoke", transport="stdio", command=sys.executable, args=[HOSTILE, "well"], trusted=True
@@ -360,54 +213,59 @@ def test_a_slow_read_only_call_shows_as_running_while_it_runs(
             set_class_override(Tool.objects.select_related("server").get(exposed_name=name), READ_ONLY)
         agent = Agent()
         agent.call("slowpoke__slow", {"seconds": 0})  # the policy read, the row first
-        seen: list[str] = []
-
-        async def call_and_watch() -> types.CallToolResult:
-            from asgiref.sync import sync_to_async
-
-            params = types.CallToolRequestParams(name="slowpoke__slow", arguments={"seconds": 1.5})
-            task = asyncio.ensure_future(agent.gateway.call_tool(agent.ctx, params))
-            await asyncio.sleep(0.8)
-            seen.append(await sync_to_async(lambda: Call.objects.latest("pk").status)())
-            return await task
-
-        result = agent.loop.run_until_complete(call_and_watch())
-        assert not result.is_error
-        assert seen == [Call.RUNNING]
-        call = Call.objects.latest("pk")
-        assert call.status == Call.SUCCEEDED and call.duration_ms >= 1400
-        assert [e.kind for e in call.events.order_by("pk")] == ["created", "succeeded"]
-        assert Call.objects.count() == 2
-        assert writer.flush()
+        assert agent.fast("slowpoke__slow")
+        yield agent
     finally:
         if agent is not None:
             agent.close()
         close_pool()
 
 
-def _finished(name: str) -> Any:
-    """A finished read-only call of a tool that is not in the catalog (the row keeps no link)."""
-    from django.utils import timezone
+def test_a_slow_read_only_call_shows_as_running_while_it_runs(slowpoke: Agent) -> None:
+    seen: list[str] = []
 
-    from hostapp.calls.actions import Requester, finished_call
-    from hostapp.calls.models import Call
-    from hostapp.calls.policy import Decision
+    async def call_and_watch() -> types.CallToolResult:
+        task = asyncio.ensure_future(slowpoke.acall("slowpoke__slow", {"seconds": 1.5}))
 
-    tool = SimpleNamespace(
-        pk=None,
-        server=SimpleNamespace(name="ops"),
-        exposed_name=f"ops__{name}",
-        original_name=name,
-        effective_class="read_only",
-        definition_hash="0" * 64,
-    )
-    return finished_call(
-        tool,  # type: ignore[arg-type]
-        Decision(Call.RUN, "read-only"),
-        Requester(Call.CLI, "cli"),
-        {},
-        timezone.now(),
-        {"content": [{"type": "text", "text": name}], "isError": False},
-        None,
-        0.001,
-    )
+        def running() -> bool:
+            return Call.objects.filter(status=Call.RUNNING).exists()
+
+        await sync_to_async(wait_until, thread_sensitive=False)(running, timeout=1.2, what="the call shown running")
+        seen.append(Call.RUNNING)
+        return await task
+
+    result = slowpoke.loop.run_until_complete(call_and_watch())
+    assert not result.is_error
+    assert seen == [Call.RUNNING]
+    call = Call.objects.latest("pk")
+    assert call.status == Call.SUCCEEDED and call.duration_ms >= 1400
+    assert [e.kind for e in call.events.order_by("pk")] == ["created", "succeeded"]
+    assert Call.objects.count() == 2
+
+
+@pytest.mark.parametrize("shown", [False, True], ids=["before-it-shows-running", "while-it-shows-running"])
+def test_a_call_the_agent_gave_up_on_is_on_record_as_ended_by_it(slowpoke: Agent, shown: bool) -> None:
+    async def give_up() -> None:
+        task = asyncio.ensure_future(slowpoke.acall("slowpoke__slow", {"seconds": 3}))
+        if shown:
+
+            def running() -> bool:
+                return Call.objects.filter(status=Call.RUNNING).exists()
+
+            await sync_to_async(wait_until, thread_sensitive=False)(running, timeout=2, what="the call shown running")
+        else:
+            await asyncio.sleep(0.05)  # the agent's patience: well under RUNNING_VISIBLE_AFTER
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+        def ended() -> bool:
+            return Call.objects.filter(status=Call.FAILED).exists()
+
+        await sync_to_async(wait_until, thread_sensitive=False)(ended, timeout=10, what="the abandoned call on record")
+
+    slowpoke.loop.run_until_complete(give_up())
+    call = Call.objects.get(status=Call.FAILED)
+    assert call.error is not None and call.error.get("reason") == "cancelled"
+    assert [e.kind for e in call.events.order_by("pk")] == ["created", "failed"]
+    assert Call.objects.count() == 2
