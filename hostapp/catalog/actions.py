@@ -6,26 +6,18 @@ Live events leave only after commit.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import connection, transaction
-from django.db.backends.utils import CursorDebugWrapper
-from django.db.models import Field
+from django.db import transaction
 from django.utils import timezone
 
 from hostapp.core.events import send_event_on_commit
 from hostapp.mcp import McpFailure
 from hostapp.mcp.config import ConfigError, ServerConfig, parse_document, render_document
-from hostapp.mcp.pool import ServerStatus
 from hostapp.mcp.sanitize import (
     _BIDI,
     _INVISIBLE,
@@ -36,7 +28,8 @@ from hostapp.mcp.sanitize import (
     safe_icons,
 )
 
-from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool, storable, stored_definition
+from . import tool_rows
+from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool
 from .naming import expose_names
 
 logger = logging.getLogger(__name__)
@@ -262,8 +255,7 @@ def set_enabled(server: Server, enabled: bool) -> None:
     with transaction.atomic():
         server.enabled = enabled
         server.config_changed_at = timezone.now()
-        server.state = "idle" if enabled else "disabled"
-        server.save(update_fields=["enabled", "config_changed_at", "state"])
+        server.save(update_fields=["enabled", "config_changed_at"])
         send_event_on_commit("server.changed", {"names": [server.name]})
 
 
@@ -273,30 +265,6 @@ def delete_server(server: Server) -> None:
         server.delete()
         send_event_on_commit("server.changed", {"names": [name]})
         send_event_on_commit("catalog.changed", {"server": name})
-
-
-def record_statuses(statuses: list[ServerStatus]) -> None:
-    """Store what a pool saw of servers (state, revision, errors) for the pages, in one
-    transaction (many servers connecting at once report together). What a server sent (its
-    info, its stderr) is stored as the JSON columns can keep it."""
-    now = timezone.now()
-    with transaction.atomic():
-        for status in statuses:
-            fields = {
-                "state": status.state,
-                "state_at": now,
-                "stderr_tail": storable(list(status.stderr_tail)),
-                "last_error": storable(status.last_error),
-            }
-            if status.protocol_version:
-                fields.update(
-                    protocol_version=status.protocol_version,
-                    server_info=storable(status.server_info),
-                    capabilities=storable(status.capabilities),
-                    instructions=clean_text(status.instructions),
-                )
-            if Server.objects.filter(name=status.name).update(**fields):
-                send_event_on_commit("server.changed", {"names": [status.name], "state": status.state})
 
 
 # --- tools --------------------------------------------------------------------------------
@@ -337,197 +305,6 @@ class _Stored(NamedTuple):
     class_override: str
 
 
-class _Texts:
-    """The JSON text of values about to be written, found by identity (each is kept with its
-    text, so that no other object takes its id): a value given for two columns (a trusted
-    tool's definition and its pin) is encoded once, and on PostgreSQL a definition is
-    written as the text `stored_definition` encoded it to (`stored`)."""
-
-    def __init__(self) -> None:
-        # PostgreSQL's jsonb keeps the value, not the text; SQLite keeps the text as Django's
-        # JSON field writes it (`encoded`).
-        self.keep_stored = connection.vendor == "postgresql"
-        self._by_id: dict[int, tuple[Any, str]] = {}
-
-    def get(self, value: Any) -> str | None:
-        entry = self._by_id.get(id(value))
-        return entry[1] if entry is not None and entry[0] is value else None
-
-    def encoded(self, value: Any, encode: Callable[[Any], str]) -> str:
-        """The text of `value`: the one known, or `encode(value)`, then known."""
-        text = self.get(value)
-        if text is None:
-            text = encode(value)
-            self._by_id[id(value)] = (value, text)
-        return text
-
-    def stored(self, definition: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """`stored_definition` (the definition as stored, its hash), its text kept where it is
-        written as it is."""
-        stored = stored_definition(definition, with_text=self.keep_stored)
-        if stored.text is not None:
-            self._by_id[id(stored.definition)] = (stored.definition, stored.text)
-        return stored.definition, stored.digest
-
-
-class _Preparer:
-    """Prepares values of `fields` for the database as `field.get_db_prep_save(value)` does,
-    for many rows.
-
-    Strings go to text columns as they are (what preparing them does). Values that recur from
-    row to row (the server's key, a status, the time of the refresh, an empty list of icons)
-    are prepared once per field, type and value. A JSON value whose text is known (`texts`)
-    is given as that text, as its field gives its own encoding. Other values (a JSON object,
-    a float) are prepared by their field each time."""
-
-    def __init__(self, fields: list[Field], texts: _Texts | None = None) -> None:
-        kinds = {f.attname: f.get_internal_type() for f in fields}
-        self.text = frozenset(name for name, kind in kinds.items() if kind in ("CharField", "TextField"))
-        self.json = frozenset(name for name, kind in kinds.items() if kind == "JSONField")
-        self._texts = texts
-        self._recurring: dict[tuple[str, type, Any], Any] = {}
-
-    def __call__(self, f: Field, value: Any) -> Any:
-        if type(value) is str and f.attname in self.text:
-            return value
-        if isinstance(value, dict | list | float):  # objects; 0.0 == -0.0 but they differ
-            if value or isinstance(value, float):
-                if self._texts is not None and f.attname in self.json:
-                    text = self._texts.get(value)
-                    if text is not None:
-                        return _json_param(text)
-                return f.get_db_prep_save(value, connection=connection)
-            key = (f.attname, type(value), None)
-        else:
-            key = (f.attname, type(value), value)
-        try:
-            return self._recurring[key]
-        except KeyError:
-            prepared = self._recurring[key] = f.get_db_prep_save(value, connection=connection)
-            return prepared
-        except TypeError:  # not hashable
-            return f.get_db_prep_save(value, connection=connection)
-
-
-def _json_param(text: str) -> Any:
-    """A JSON value's text as a statement's parameter, where its field would give the value
-    (`adapt_json_value`): PostgreSQL's is typed jsonb, the others' is the text."""
-    if connection.vendor == "postgresql":
-        from psycopg.types.json import Jsonb
-
-        return Jsonb(text, dumps=str)
-    return text
-
-
-def _update_rows(
-    fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any]]], texts: _Texts | None = None
-) -> None:
-    """Set `fields` of each tool `(pk, values)` as `save(update_fields=fields)` would: one
-    statement, executed for every row (`executemany`: SQLite runs it prepared, psycopg in one
-    pipeline). `bulk_update` would send a single statement but builds a CASE WHEN per field
-    and row in the ORM: ~2 ms of CPU per tool, more than the row-by-row saves it replaces.
-    Values are prepared as each field prepares them (`_Preparer`, given `texts`)."""
-    meta = Tool._meta
-    columns = [meta.get_field(name) for name in fields]
-    quote = connection.ops.quote_name
-    sql = "UPDATE {} SET {} WHERE {} = %s".format(
-        quote(meta.db_table),
-        ", ".join(f"{quote(f.column)} = %s" for f in columns),
-        quote(meta.pk.column),
-    )
-    prepare = _Preparer(columns, texts)
-    rows = [[*(prepare(f, values[f.name]) for f in columns), pk] for pk, values in updates]
-    _execute_many(sql, rows)
-
-
-def _execute_many(sql: str, rows: list[list[Any]]) -> None:
-    """Run `sql` for each of `rows`: one statement, executed for every row (SQLite runs it
-    prepared; psycopg sends it in one pipeline).
-
-    On PostgreSQL the values are bound by the server, with Django's own server-binding
-    cursor in Django's wrapper (its execute wrappers, errors and logging): the connection's
-    cursors bind them on the client, quoting every value into the statement's text, which
-    for a hundred JSON definitions costs more than sending them."""
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
-            cursor.executemany(sql, rows)
-        return
-    from django.db.backends.postgresql.base import ServerBindingCursor
-
-    connection.ensure_connection()
-    bound = ServerBindingCursor(connection.connection)
-    wrap = connection.make_debug_cursor if connection.queries_logged else connection.make_cursor
-    with wrap(bound) as cursor:
-        cursor.executemany(sql, rows)
-
-
-def _insert_rows(rows: list[dict[str, Any]], now: datetime, texts: _Texts | None = None) -> None:
-    """Insert new tools, each given as `{attname: value}`, as `bulk_create` would write them
-    (each missing field's default, `now` for `auto_now_add`, each value as its field
-    prepares it for the database), in one statement for every row (`_write_rows`).
-
-    Without a model instance per row, and with the preparation that is the same for every
-    row done once: strings go to text columns as they are (what preparing them does), the
-    fields a row does not give and the values that recur are prepared once, and one JSON
-    value given for two columns (a trusted tool's definition and its pin) is encoded once,
-    to the text Django's JSON field would send, or not at all where its text is known
-    (`_Texts`)."""
-    meta = Tool._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    missing = {
-        f.attname: f.get_db_prep_save(
-            now if getattr(f, "auto_now_add", False) or getattr(f, "auto_now", False) else f.get_default(),
-            connection=connection,
-        )
-        for f in fields
-    }
-    prepare = _Preparer(fields)
-    texts = texts if texts is not None else _Texts()
-    dumps = {f.attname: functools.partial(json.dumps, cls=f.encoder) for f in fields if f.attname in prepare.json}  # type: ignore[attr-defined]
-    prepared_rows = []
-    for row in rows:
-        prepared = []
-        for f in fields:
-            name = f.attname
-            if name not in row:
-                prepared.append(missing[name])
-                continue
-            value = row[name]
-            if name in prepare.json and isinstance(value, dict | list) and value:
-                prepared.append(texts.encoded(value, dumps[name]))
-            else:
-                prepared.append(prepare(f, value))
-        prepared_rows.append(prepared)
-    _write_rows(meta.db_table, [f.column for f in fields], prepared_rows)
-
-
-def _write_rows(table: str, columns: list[str], rows: list[list[Any]]) -> None:
-    """Insert `rows` (values prepared for the database; JSON as its text) into `table`.
-
-    On PostgreSQL with one COPY: the rows stream in psycopg's copy format, with no statement
-    per row to bind, quote (Django's psycopg cursors bind on the client) and plan. Elsewhere
-    with one INSERT executed for every row. The COPY runs as Django's cursor runs its own
-    statements (its execute wrappers, errors and logging), logged with its row count."""
-    quote = connection.ops.quote_name
-    names = ", ".join(quote(c) for c in columns)
-    if connection.vendor != "postgresql":
-        _execute_many(f"INSERT INTO {quote(table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))})", rows)
-        return
-    sql = f"COPY {quote(table)} ({names}) FROM STDIN"
-    with connection.cursor() as cursor:
-
-        def copy_rows(sql: str, rows: list[list[Any]], *ignored_wrapper_args: Any) -> None:
-            connection.validate_no_broken_transaction()
-            with connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
-                for row in rows:
-                    copy.write_row(row)
-
-        logged = cursor.debug_sql(f"{sql} -- {len(rows)} rows") if isinstance(cursor, CursorDebugWrapper) else None
-        with logged or nullcontext():
-            # As the cursor runs its own statements: through the connection's execute wrappers.
-            cursor._execute_with_wrappers(sql, rows, many=True, executor=copy_rows)
-
-
 def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshResult:
     """Merge a complete tool listing into the catalog: pin, quarantine, add and remove.
 
@@ -554,9 +331,9 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
         # Free exposed names first, so that names can move between tools in one refresh.
         moving = [t for name, t in current.items() if name in by_name and t.exposed_name != exposed[name].name]
         if moving:
-            _update_rows(("exposed_name",), [(t.pk, {"exposed_name": f"~{t.pk}"}) for t in moving])
+            tool_rows.update_rows(("exposed_name",), [(t.pk, {"exposed_name": f"~{t.pk}"}) for t in moving])
         to_create: list[dict[str, Any]] = []
-        texts = _Texts()  # the definitions written, encoded once
+        texts = tool_rows.Texts()  # the definitions written, encoded once
         # Tools to update, by the fields that change (each row is written as its save would).
         to_update: dict[tuple[str, ...], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
         for name, definition in by_name.items():
@@ -612,9 +389,9 @@ def record_tools(server: Server, definitions: list[dict[str, Any]]) -> RefreshRe
             if update:
                 to_update[tuple(sorted(update))].append((tool.pk, update))
         for fields, updates in to_update.items():
-            _update_rows(fields, updates, texts)
+            tool_rows.update_rows(fields, updates, texts)
         if to_create:
-            _insert_rows(to_create, now, texts)
+            tool_rows.insert_rows(to_create, now, texts)
         server.tools_refreshed_at = now
         server.last_refresh_at = now
         server.stale = False
@@ -638,21 +415,6 @@ def mark_refresh_failed(server: Server, failure: McpFailure | str) -> RefreshRes
         server.save(update_fields=["stale", "refresh_error", "last_refresh_at"])
         send_event_on_commit("server.changed", {"names": [server.name]})
     return RefreshResult(server.name, ok=False, tools=server.tools.count(), error=message)
-
-
-def refresh_server(server: Server) -> RefreshResult:
-    """List the server's tools through this process's pool and merge them."""
-    from .pool import pool_for
-
-    if not server.enabled:
-        return RefreshResult(server.name, ok=False, tools=server.tools.count(), error="the server is disabled")
-    pool = pool_for(server)
-    try:
-        definitions = pool.list_tools(server.name)
-    except McpFailure as failure:
-        logger.warning("refresh of %s failed: %s", server.name, failure)
-        return mark_refresh_failed(server, failure)
-    return record_tools(server, definitions)
 
 
 def accept_tool(tool: Tool, user: Any) -> None:
@@ -685,13 +447,3 @@ def set_class_override(tool: Tool, override: str) -> None:
         tool.effective_class = effective_class(tool.annotations, tool.server.trusted, override)
         tool.save(update_fields=["class_override", "effective_class"])
         send_event_on_commit("catalog.changed", {"server": tool.server.name, "tool": tool.exposed_name})
-
-
-def request_refresh(names: list[str], reason: str) -> int:
-    """Mark servers as being refreshed (for the page's progress) and queue the refreshes."""
-    from .tasks import queue_refresh
-
-    now = timezone.now()
-    Server.objects.filter(name__in=names).update(refresh_requested_at=now)
-    send_event_on_commit("server.changed", {"names": names})
-    return sum(1 for name in names if queue_refresh(name, reason=reason, countdown=0))

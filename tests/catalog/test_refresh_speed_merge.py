@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from hostapp.catalog import actions
+from hostapp.catalog import actions, tool_rows
 from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, WRITE, Tool, definition_hash
 from hostapp.mcp.sanitize import DESCRIPTION_CAP, TITLE_CAP, clean_text, removed_characters
 
@@ -123,7 +124,7 @@ def test_a_refused_insert_raises_djangos_error_and_writes_nothing() -> None:
     row = {"server_id": server.pk, "original_name": "other", "exposed_name": "files__tool_000", "definition": {}}
 
     with pytest.raises(IntegrityError), transaction.atomic():
-        actions._insert_rows([dict(row, exposed_name="files__fresh"), row], timezone.now())
+        tool_rows.insert_rows([dict(row, exposed_name="files__fresh"), row], timezone.now())
 
     assert sorted(Tool.objects.values_list("exposed_name", flat=True)) == ["files__tool_000", "files__tool_001"]
 
@@ -300,13 +301,13 @@ def test_changed_tools_are_written_as_save_writes_them(trusted: bool, monkeypatc
     revised[1]["icons"] = [{"src": "https://example.com/thing.png", "mimeType": "image/png"}]
     revised[2]["title"] = "Thing\u200b 2"
     updates: list[tuple[tuple[str, ...], list[tuple[int, dict[str, Any]]]]] = []
-    update_rows = actions._update_rows
+    update_rows = tool_rows.update_rows
 
     def spy(fields: tuple[str, ...], rows: list[tuple[int, dict[str, Any]]], texts: Any = None) -> None:
         updates.append((fields, rows))
         update_rows(fields, rows, texts)
 
-    monkeypatch.setattr(actions, "_update_rows", spy)
+    monkeypatch.setattr(tool_rows, "update_rows", spy)
     listed(server, *revised)
 
     def raw_rows() -> list[tuple[Any, ...]]:
@@ -505,3 +506,10 @@ def test_the_display_fields_are_those_of_the_sanitizer(text: str) -> None:
         "icons": [{"src": "https://a.example/i.png"}],
         "text_warning": f"{dropped} invisible or control characters were removed" if dropped else "",
     }
+
+
+def test_the_reach_under_djangos_api_was_checked_against_the_installed_releases() -> None:
+    """`tool_rows._on_postgresql` uses Django's and psycopg's internals. When either is
+    upgraded, check it against the new release (and measure it again, docs/benchmarks.md)
+    before changing `CHECKED`."""
+    assert {name: version(name) for name in tool_rows.CHECKED} == tool_rows.CHECKED
