@@ -57,8 +57,7 @@ What it does:
    and listing every tool (``SDK alone: connect and list``, what a first or cold refresh
    cannot do without), and listing on clients opened beforehand (``SDK alone: list``), one
    server at a time and ``--threads`` at once on one event loop; no Patchbay code, no
-   database, and the SDK as released (Patchbay's fixes to it, ``hostapp/mcp/sdk_fixes.py``,
-   taken out while the floor runs).
+   database.
 
 Prints Markdown tables (and ``--json`` writes the figures).
 """
@@ -271,8 +270,8 @@ def pct(values: list[float], p: float) -> float:
 
 def refresh_one(name: str) -> tuple[Any, float]:
     """What `hostapp.catalog.tasks.refresh_server_task` does, timed and with its result."""
-    from hostapp.catalog.actions import refresh_server
     from hostapp.catalog.models import Server
+    from hostapp.catalog.pool import refresh_server
 
     started = time.perf_counter()
     server = Server.objects.filter(name=name).first()
@@ -850,16 +849,10 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         if args.floor:
-            from hostapp.mcp import sdk_fixes
-
             close_pool()
-            sdk_fixes.remove()
-            try:
-                for concurrency in [1, *thread_levels]:
-                    run_floor(concurrency, warm=False)
-                    run_floor(concurrency, warm=True)
-            finally:
-                sdk_fixes.apply()
+            for concurrency in [1, *thread_levels]:
+                run_floor(concurrency, warm=False)
+                run_floor(concurrency, warm=True)
 
         per_refresh = queries_per_refresh(names[0], port, args.tools)
 

@@ -180,9 +180,8 @@ def setup(data_dir: Path) -> dict[str, str]:
 
 
 def create_server(data_dir: Path) -> Any:
-    from hostapp.catalog.actions import refresh_server
     from hostapp.catalog.models import Server, Tool
-    from hostapp.catalog.pool import close_pool
+    from hostapp.catalog.pool import close_pool, refresh_server
 
     server = Server.objects.create(
         name=SERVER,

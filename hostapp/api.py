@@ -12,18 +12,24 @@ Errors are `{"error": "..."}` with the status that fits (400, 401, 403, 404, 409
 from __future__ import annotations
 
 from datetime import datetime
+from functools import wraps
 from typing import Any, Literal
 
-from django.http import HttpRequest
+from django.db.models import Q
+from django.http import HttpRequest, JsonResponse
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
 from hostapp.calls import actions as call_actions
 from hostapp.calls.models import Call
-from hostapp.catalog.models import Server, Tool
+from hostapp.catalog.models import Server, Tool, live_states
+from hostapp.catalog.rows import server_row, tool_row
+from hostapp.catalog.tasks import queue_refresh
+from hostapp.gateway.tokens import authenticate
 from hostapp.outbox import actions as outbox_actions
 from hostapp.outbox.models import Action
+from hostapp.outbox.rows import action_row
 
 
 class SessionAuth(APIKeyCookie):
@@ -48,8 +54,6 @@ class SessionAuth(APIKeyCookie):
 
 class AgentAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        from hostapp.gateway.tokens import authenticate
-
         agent = authenticate(token)
         if agent is not None:
             request.api_agent = agent  # type: ignore[attr-defined]
@@ -58,9 +62,6 @@ class AgentAuth(HttpBearer):
 
 def _schema_needs_login(view: Any) -> Any:
     """The schema, like every route, is for a session or an agent token."""
-    from functools import wraps
-
-    from django.http import JsonResponse
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -145,22 +146,25 @@ def _require(request: HttpRequest, perm: str) -> Any:
 # --- servers ------------------------------------------------------------------------
 
 
+class ProcessStateOut(Schema):
+    process: str
+    role: str
+    state: str
+    since: datetime
+    last_error: str | None
+
+
 class ServerOut(Schema):
     name: str
     transport: str
-    state: str
+    state: str = Field(description="The worst state a live process reports (or idle, or disabled).")
     protocol_version: str
     tool_count: int
     trusted: bool
     enabled: bool
     stale: bool
     last_error: str | None
-
-
-def _server_out(server: Server, count: int) -> dict[str, Any]:
-    from hostapp.catalog.cli import server_row
-
-    return server_row(server, count)
+    processes: list[ProcessStateOut] = Field(description="Each live process's own state of the server.")
 
 
 @api.get("/servers", response=responses(list[ServerOut]), tags=["servers"])
@@ -169,12 +173,12 @@ def list_servers(request: HttpRequest) -> list[dict[str, Any]]:
     servers = Server.objects.order_by("name")
     if agent is not None and agent.servers:
         servers = servers.filter(name__in=agent.servers)
-    return [_server_out(s, s.n_tools) for s in servers.listed()]
+    return [server_row(s, s.n_tools) for s in servers.listed()]
 
 
 def _server(request: HttpRequest, name: str) -> Server:
     agent = _agent(request)
-    server = Server.objects.filter(name=name).first()
+    server = Server.objects.prefetch_related(live_states()).filter(name=name).first()
     if server is None or (agent is not None and not agent.may_use(name)):
         raise HttpError(404, f"no server named {name!r}")
     return server
@@ -183,7 +187,7 @@ def _server(request: HttpRequest, name: str) -> Server:
 @api.get("/servers/{name}", response=responses(ServerOut, codes=[404]), tags=["servers"])
 def get_server(request: HttpRequest, name: str) -> dict[str, Any]:
     server = _server(request, name)
-    return _server_out(server, server.tools.count())
+    return server_row(server, server.tools.count())
 
 
 class Queued(Schema):
@@ -192,8 +196,6 @@ class Queued(Schema):
 
 @api.post("/servers/{name}/refresh", response=responses(Queued, 202, codes=[404]), tags=["servers"])
 def refresh_server(request: HttpRequest, name: str) -> Status:
-    from hostapp.catalog.tasks import queue_refresh
-
     _user(request)
     server = _server(request, name)
     return Status(202, {"queued": queue_refresh(server.name, reason="asked through the API", countdown=0)})
@@ -227,10 +229,6 @@ class ToolFilters(Schema):
 
 @api.get("/tools", response=responses(list[ToolOut]), tags=["tools"])
 def list_tools(request: HttpRequest, filters: Query[ToolFilters]) -> list[dict[str, Any]]:
-    from django.db.models import Q
-
-    from hostapp.catalog.cli import tool_row
-
     tools = Tool.objects.select_related("server").order_by("exposed_name")
     agent = _agent(request)
     if agent is not None:
@@ -252,8 +250,6 @@ def list_tools(request: HttpRequest, filters: Query[ToolFilters]) -> list[dict[s
 
 @api.get("/tools/{name}", response=responses(ToolOut, codes=[404]), tags=["tools"])
 def get_tool(request: HttpRequest, name: str) -> dict[str, Any]:
-    from hostapp.catalog.cli import tool_row
-
     tool = Tool.objects.select_related("server").filter(exposed_name=name).first()
     agent = _agent(request)
     if tool is None or (agent is not None and (not agent.may_use(tool.server.name) or tool.status != Tool.ACTIVE)):
@@ -439,8 +435,6 @@ class ActionFilters(Schema):
 
 @api.get("/outbox", response=responses(list[ActionOut]), tags=["outbox"])
 def list_outbox(request: HttpRequest, filters: Query[ActionFilters]) -> list[dict[str, Any]]:
-    from hostapp.outbox.cli import action_row
-
     _user(request)
     rows = Action.objects.select_related("call").order_by("-id")
     if filters.status:
@@ -454,8 +448,6 @@ class DiscardIn(Schema):
 
 
 def _outbox_do(request: HttpRequest, fn: Any, *args: Any) -> dict[str, Any]:
-    from hostapp.outbox.cli import action_row
-
     user = _require(request, "outbox.manage_outbox")
     try:
         action = fn(args[0], user.get_username(), *args[1:])

@@ -14,10 +14,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from hostapp.core import identity  # noqa: E402
 from hostapp.core.gc_tuning import tune_gc  # noqa: E402
 from hostapp.gateway.asgi import GatewayApp, mcp_path  # noqa: E402
 from hostapp.routing import websocket_urlpatterns  # noqa: E402
 
+identity.set_role(identity.WEB)
 gateway_app = GatewayApp()
 # The web process lists tools too (a refresh button, the agents' endpoint).
 tune_gc()

@@ -9,6 +9,10 @@ from typing import Any
 from celery import Celery
 from celery.signals import beat_init, worker_init
 
+from hostapp.core import identity
+from hostapp.core.gc_tuning import tune_gc
+from hostapp.core.supervisor import dump_stacks_on
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostapp.settings")
 
 app = Celery("hostapp")
@@ -20,8 +24,6 @@ app.autodiscover_tasks()
 def _tune_gc(**kwargs: Any) -> None:
     """The worker refreshes catalogs: collect garbage as the host's processes do. Before
     the pool starts, so that a forked child inherits it."""
-    from hostapp.core.gc_tuning import tune_gc
-
     logging.getLogger(__name__).info("garbage collector thresholds %s", tune_gc())
 
 
@@ -29,6 +31,10 @@ def _tune_gc(**kwargs: Any) -> None:
 @beat_init.connect
 def _dump_stacks_on_request(**kwargs: Any) -> None:
     """Under `manage.py run`, a worker or beat stuck in its stop shows its stacks first."""
-    from hostapp.core.supervisor import dump_stacks_on
-
     dump_stacks_on()
+
+
+@worker_init.connect
+def _say_worker(**kwargs: Any) -> None:
+    """What the worker's pool reports of servers is the worker's (hostapp/core/processes.py)."""
+    identity.set_role(identity.WORKER)

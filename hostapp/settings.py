@@ -304,6 +304,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "worker-heartbeat": {"task": "hostapp.core.tasks.heartbeat", "schedule": 15.0},
+    "forget-processes": {"task": "hostapp.core.tasks.forget_processes", "schedule": 60.0},
     "probe-servers": {"task": "hostapp.catalog.probe_all", "schedule": 60.0},
     # Each server's refresh is spread over a minute after this (jitter).
     "refresh-catalog": {"task": "hostapp.catalog.refresh_all", "schedule": 15 * 60.0},

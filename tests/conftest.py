@@ -62,10 +62,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """After the last test, before the session's fixtures (the test database) are torn down:
     close the database connection of asgiref's executor thread. Async tests run their ORM
     calls there (`sync_to_async`), and its connection stays open; PostgreSQL then refuses to
-    drop the test database ("being accessed by other users")."""
+    drop the test database ("being accessed by other users"). And this process's row, with
+    its heartbeat, which would otherwise be deleted at exit, after the database is gone."""
     if nextitem is None:
         from asgiref.sync import SyncToAsync
         from django.db import connections
+        from pytest_django.plugin import blocking_manager_key
+
+        from hostapp.core import processes
 
         SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+        # This process's row (it held a pool) goes while the test database is there.
+        with item.config.stash[blocking_manager_key].unblock():
+            processes.unregister()
     yield

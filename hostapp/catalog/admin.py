@@ -5,10 +5,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 
 from . import actions
 from .forms import ServerForm
-from .models import Server, Tool
+from .models import Server, Tool, live_states
 
 
 class ServerAdminForm(forms.ModelForm):
@@ -71,19 +73,33 @@ class ServerAdminForm(forms.ModelForm):
 class ServerAdmin(admin.ModelAdmin):
     form = ServerAdminForm
     list_display = ["name", "transport", "state", "protocol_version", "trusted", "enabled", "stale"]
-    list_filter = ["transport", "state", "trusted", "enabled"]
+    list_filter = ["transport", "trusted", "enabled"]
     search_fields = ["name", "command", "url"]
     readonly_fields = [
         "state",
-        "state_at",
+        "in_each_process",
         "protocol_version",
         "server_info",
         "capabilities",
-        "last_error",
         "tools_refreshed_at",
         "stale",
         "refresh_error",
     ]
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).prefetch_related(live_states())
+
+    @admin.display(description="in each process")
+    def in_each_process(self, server: Server) -> str:
+        """What each live process sees of the server (each writes its own)."""
+        return (
+            format_html_join(
+                mark_safe("<br>"),
+                "{}: {} {}",
+                ((s.process.name, s.state, (s.last_error or {}).get("message", "")) for s in server.process_states),
+            )
+            or "–"
+        )
 
     def save_model(self, request: HttpRequest, obj: Server, form: Any, change: bool) -> None:
         trust_changed = change and "trusted" in form.changed_data

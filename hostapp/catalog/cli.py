@@ -19,6 +19,8 @@ from hostapp.mcp.config import ConfigError
 
 from . import actions
 from .models import Server, Tool
+from .pool import refresh_server
+from .rows import server_row, tool_row
 
 logger = logging.getLogger(__name__)
 
@@ -110,20 +112,6 @@ def cmd_export(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) 
     return 0
 
 
-def server_row(server: Server, tool_count: int) -> dict[str, Any]:
-    return {
-        "name": server.name,
-        "transport": server.transport,
-        "state": server.state,
-        "protocol_version": server.protocol_version,
-        "tool_count": tool_count,
-        "trusted": server.trusted,
-        "enabled": server.enabled,
-        "stale": server.stale,
-        "last_error": (server.last_error or {}).get("message") or server.refresh_error or None,
-    }
-
-
 def cmd_servers(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
     rows = [server_row(s, s.n_tools) for s in Server.objects.order_by("name").listed()]
     if options["json"]:
@@ -141,22 +129,6 @@ def cmd_servers(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper)
         if r["last_error"]:
             out.write(f"{'':<16} last error: {r['last_error']}")
     return 0
-
-
-def tool_row(tool: Tool) -> dict[str, Any]:
-    return {
-        "name": tool.exposed_name,
-        "server": tool.server.name,
-        "original_name": tool.original_name,
-        "title": tool.title,
-        "description": tool.description,
-        "effective_class": tool.effective_class,
-        "annotations": actions.applied_annotations(tool),
-        "claimed_annotations": tool.annotations,
-        "input_schema": tool.input_schema,
-        "output_schema": tool.output_schema,
-        "status": tool.status,
-    }
 
 
 def cmd_tools(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
@@ -177,7 +149,7 @@ def cmd_tools(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -
 def _refresh_one(server: Server) -> actions.RefreshResult:
     """A refresh that raises (a database error, say) is a failed result, not the end of the run."""
     try:
-        return actions.refresh_server(server)
+        return refresh_server(server)
     except Exception as exc:  # boundary: reported as this server's failure
         logger.exception("refresh of %s failed", server.name)
         return actions.RefreshResult(server.name, ok=False, error=f"{type(exc).__name__}: {exc}")

@@ -8,8 +8,10 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.core.validators import RegexValidator
 from django.db import models
 
+from hostapp.core import processes
 from hostapp.core.crypto import EncryptedJSONField, EncryptedTextField
 from hostapp.core.jsonvalues import storable
+from hostapp.core.models import Process
 from hostapp.mcp.config import NAME_RE, ServerConfig
 
 READ_ONLY = "read_only"
@@ -38,7 +40,7 @@ class ServerQuerySet(models.QuerySet["Server"]):
         `n_tools` and `n_quarantined`, counted in one grouped query of their tools. (Counted
         in the servers' own query, every server column goes through the grouping: on SQLite,
         3x the time of both queries together at 100 servers x 100 tools.)"""
-        servers = list(self.defer(*SECRET_FIELDS))
+        servers = list(self.defer(*SECRET_FIELDS).prefetch_related(live_states()))
         counts = {
             row["server_id"]: row
             for row in Tool.objects.filter(server__in=[s.pk for s in servers])
@@ -50,6 +52,11 @@ class ServerQuerySet(models.QuerySet["Server"]):
             row = counts.get(server.pk, {})
             server.n_tools, server.n_quarantined = row.get("n", 0), row.get("quarantined", 0)
         return servers
+
+
+def live_states() -> models.Prefetch:
+    """What live processes report of each server, read with the servers (`process_states`)."""
+    return models.Prefetch("states", queryset=ServerState.objects.live(), to_attr="_live_states")
 
 
 class Server(models.Model):
@@ -79,15 +86,12 @@ class Server(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     config_changed_at = models.DateTimeField(auto_now_add=True)
 
-    # What the pool last reported (from whichever process saw it last).
-    state = models.CharField(max_length=24, default="idle")
-    state_at = models.DateTimeField(null=True, blank=True)
+    # What the server said of itself at its last handshake (from whichever process it was).
+    # The state of each process's connection to it is that process's (`ServerState`).
     protocol_version = models.CharField(max_length=20, blank=True)
     server_info = models.JSONField(default=dict, blank=True)
     capabilities = models.JSONField(default=dict, blank=True)
     instructions = models.TextField(blank=True)
-    last_error = models.JSONField(null=True, blank=True)
-    stderr_tail = models.JSONField(default=list, blank=True)
 
     # The catalog's view of the server.
     tools_refreshed_at = models.DateTimeField(null=True, blank=True)
@@ -123,6 +127,51 @@ class Server(models.Model):
             oauth_scope=self.oauth_scope,
             auth_stamp=self.auth_stamp,
         )
+
+    # -- the state: each live process's own, summed up by the worst ------------------------
+
+    @property
+    def process_states(self) -> list[ServerState]:
+        """What each live process reports of this server, worst first (`listed()` and the
+        server's page read them with the server)."""
+        cached = getattr(self, "_live_states", None)
+        if cached is None:
+            cached = list(ServerState.objects.live().filter(server=self))
+        return sorted(cached, key=lambda s: (SEVERITY.get(s.state, 0), s.process.name), reverse=True)
+
+    @property
+    def worst(self) -> ServerState | None:
+        """The state of the process that fares worst with this server, if any holds one."""
+        states = self.process_states
+        return states[0] if states else None
+
+    @property
+    def state(self) -> str:
+        """The summary: disabled, or the worst state a live process reports, or idle."""
+        if not self.enabled:
+            return "disabled"
+        worst = self.worst
+        return worst.state if worst is not None else "idle"
+
+    @property
+    def state_at(self) -> Any:
+        worst = self.worst
+        return worst.state_at if worst is not None else None
+
+    @property
+    def last_error(self) -> dict[str, Any] | None:
+        """The last error of the worst state's process (of any, if that one has none)."""
+        for state in self.process_states:
+            if state.last_error:
+                return state.last_error
+        return None
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        for state in self.process_states:
+            if state.stderr_tail:
+                return list(state.stderr_tail)
+        return []
 
     @property
     def needs_authorization(self) -> bool:
@@ -163,6 +212,49 @@ class Server(models.Model):
         if self.transport == self.STDIO:
             return " ".join([self.command, *(self.args or [])])
         return self.url
+
+
+# How bad each state is, for the summary of a server over its processes (the worst wins).
+# A process that has not connected yet (idle) says the least.
+SEVERITY = {
+    "idle": 0,
+    "ready": 1,
+    "connecting": 2,
+    "degraded": 3,
+    "needs-authorization": 4,
+    "failing": 5,
+    "crash-looping": 6,
+    "disabled": 7,
+}
+
+
+class ServerStateQuerySet(models.QuerySet["ServerState"]):
+    def live(self) -> ServerStateQuerySet:
+        """Of processes seen lately (hostapp/core/processes.py), with their process."""
+        return self.filter(process__seen_at__gte=processes.alive_since()).select_related("process")
+
+
+class ServerState(models.Model):
+    """What one process (web, a worker, a command) sees of one server: its connection's
+    state, the last error and the server's stderr there (each process starts its own
+    stdio servers). Written by that process only, but for a person connecting the server,
+    which ends every process's wait for that (hostapp/catalog/states.py)."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="states")
+    process = models.ForeignKey(Process, on_delete=models.CASCADE, related_name="server_states")
+    state = models.CharField(max_length=24)
+    state_at = models.DateTimeField()
+    last_error = models.JSONField(null=True, blank=True)
+    stderr_tail = models.JSONField(default=list, blank=True)
+
+    objects = ServerStateQuerySet.as_manager()
+
+    class Meta:
+        # One row per process and server; it serves the lookups by server too.
+        constraints = [models.UniqueConstraint(fields=["server", "process"], name="one_state_per_process")]
+
+    def __str__(self) -> str:
+        return f"{self.server_id} in {self.process_id}: {self.state}"
 
 
 # What a tool's pin covers: everything that changes what calling it means.

@@ -1,8 +1,10 @@
-"""This process's client pool, configured from the Server table.
+"""This process's client pool, configured from the Server table, and what it does.
 
 One pool per process (web, worker, a management command), created on first use and closed
 at exit, so stdio servers it started are stopped in protocol order. A server edited in
-another process is noticed by its `config_changed_at` the next time it is used here.
+another process is noticed by its `config_changed_at` the next time it is used here. What
+the pool sees of each server is stored as this process's own (hostapp/catalog/states.py);
+refreshing a server's tools lists them through it (`refresh_server`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ from django.conf import settings
 # (registered with the first pool), which stores the last states: their live events leave.
 from hostapp.core import events as _live_events  # noqa: F401
 from hostapp.core.batching import Batcher, with_session
-from hostapp.mcp import Pool, PoolEvent, ServerConfig, ServerStatus
+from hostapp.mcp import McpFailure, Pool, PoolEvent, ServerConfig, ServerStatus
+from hostapp.oauth.store import auth_for
 
+from .actions import RefreshResult, mark_refresh_failed, record_tools
 from .models import Server
+from .states import forget_server, record_statuses
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +53,6 @@ def get_pool() -> Pool:
     with _lock:
         if _pool is None:
             _prefer_our_python()
-            from hostapp.oauth.store import auth_for
-
             _pool = Pool(listener=_on_event, auth_factory=auth_for)
             atexit.register(close_pool)
         return _pool
@@ -115,6 +118,7 @@ def sync(servers: Iterable[Server]) -> Pool:
     for name in [n for n in pool.names() if n not in wanted]:
         pool.remove(name)
         _versions.pop(name, None)
+        forget_server(name)
     for server in servers:
         pool_for(server)
     return pool
@@ -133,7 +137,7 @@ IDLE_CLOSE = 2.0
 
 
 def _handle_events(batch: list[PoolEvent]) -> None:
-    from . import actions, tasks
+    from .tasks import queue_refresh  # the Celery task/action pair: tasks imports this module
 
     latest: dict[str, ServerStatus] = {}
     for event in batch:
@@ -141,9 +145,9 @@ def _handle_events(batch: list[PoolEvent]) -> None:
             latest.pop(event.server, None)  # in the order they last changed
             latest[event.server] = event.status
         elif event.kind == "tools_changed":
-            tasks.queue_refresh(event.server, reason="the server announced a change")
+            queue_refresh(event.server, reason="the server announced a change")
     if latest:
-        actions.record_statuses(list(latest.values()))
+        record_statuses(list(latest.values()))
 
 
 events: Batcher[PoolEvent] = with_session(
@@ -154,3 +158,16 @@ events: Batcher[PoolEvent] = with_session(
 def _on_event(event: PoolEvent) -> None:
     """Runs on the pool's event thread: handed over, never waited for."""
     events.submit(event)
+
+
+def refresh_server(server: Server) -> RefreshResult:
+    """List the server's tools through this process's pool and merge them into the catalog."""
+    if not server.enabled:
+        return RefreshResult(server.name, ok=False, tools=server.tools.count(), error="the server is disabled")
+    pool = pool_for(server)
+    try:
+        definitions = pool.list_tools(server.name)
+    except McpFailure as failure:
+        logger.warning("refresh of %s failed: %s", server.name, failure)
+        return mark_refresh_failed(server, failure)
+    return record_tools(server, definitions)

@@ -6,10 +6,14 @@ import logging
 import random
 
 from celery import shared_task
+from django.utils import timezone
 
+from hostapp.core.events import send_event_on_commit
 from hostapp.core.redis_client import redis_client
 
 from .models import Server
+from .pool import refresh_server, sync
+from .states import record_statuses
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +43,15 @@ def queue_refresh(name: str, reason: str = "", countdown: float = 0.5) -> bool:
     return True
 
 
+def request_refresh(names: list[str], reason: str) -> int:
+    """Mark servers as being refreshed (for the page's progress) and queue the refreshes."""
+    Server.objects.filter(name__in=names).update(refresh_requested_at=timezone.now())
+    send_event_on_commit("server.changed", {"names": names})
+    return sum(1 for name in names if queue_refresh(name, reason=reason, countdown=0))
+
+
 @shared_task(name="hostapp.catalog.refresh_server", ignore_result=True)
 def refresh_server_task(name: str) -> None:
-    from . import actions
-
     try:
         redis_client().delete(_queued_key(name))
     except Exception as exc:  # boundary: the mark expires on its own
@@ -50,7 +59,7 @@ def refresh_server_task(name: str) -> None:
     server = Server.objects.filter(name=name).first()
     if server is None or not server.enabled:
         return
-    result = actions.refresh_server(server)
+    result = refresh_server(server)
     if not result.ok:
         logger.warning("refresh of %s failed: %s", name, result.error)
 
@@ -64,11 +73,8 @@ def refresh_all() -> None:
 @shared_task(name="hostapp.catalog.probe_all", ignore_result=True)
 def probe_all() -> None:
     """An MCP-level health probe of every enabled server, from this worker's pool."""
-    from . import actions
-    from .pool import sync
-
     servers = list(Server.objects.all())
     pool = sync(servers)
     for server in servers:
         if server.enabled:  # stored as each probe ends: a slow one does not hold up the others
-            actions.record_statuses([pool.probe(server.name)])
+            record_statuses([pool.probe(server.name)])

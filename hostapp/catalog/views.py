@@ -6,6 +6,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
@@ -18,9 +19,9 @@ from hostapp.mcp.config import ConfigError
 
 from . import actions
 from .forms import ServerForm
-from .models import CLASS_CHOICES, Server, Tool
+from .models import CLASS_CHOICES, Server, Tool, live_states
 from .schema import schema_tree
-from .tasks import queue_refresh
+from .tasks import queue_refresh, request_refresh
 
 CATALOG_PAGE_SIZE = 100
 
@@ -79,7 +80,7 @@ def server_import(request: HttpRequest) -> HttpResponse:
                     )
                     if n
                 ]
-                actions.request_refresh(names, reason="imported")
+                request_refresh(names, reason="imported")
                 messages.success(request, f"Imported {len(names)} server(s): {'; '.join(parts)}. Listing their tools…")
                 return redirect("servers")
     return render(request, "catalog/server_import.html", {"error": error, "text": text})
@@ -115,7 +116,7 @@ def _apply_config(server: Server, config: Any) -> None:
 
 
 def server_detail(request: HttpRequest, name: str) -> HttpResponse:
-    server = get_object_or_404(Server, name=name)
+    server = get_object_or_404(Server.objects.prefetch_related(live_states()).select_related("credential"), name=name)
     if request.method == "POST":
         if not request.user.is_staff:
             return HttpResponse("Only administrators can change servers.", status=403)
@@ -134,9 +135,10 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     else:
         form = ServerForm(instance=server)
     tools = server.tools.order_by("exposed_name")
-    from hostapp.oauth.models import Credential
-
-    credential = Credential.objects.filter(server=server).first()
+    try:
+        credential = server.credential  # the OAuth app's, if the server asked for authorization
+    except ObjectDoesNotExist:
+        credential = None
     return render(
         request, "catalog/server.html", {"server": server, "form": form, "tools": tools, "credential": credential}
     )
@@ -145,7 +147,7 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def server_refresh(request: HttpRequest, name: str) -> HttpResponse:
     server = get_object_or_404(Server, name=name)
-    if actions.request_refresh([server.name], reason=f"asked by {request.user}"):
+    if request_refresh([server.name], reason=f"asked by {request.user}"):
         messages.info(request, f"Refreshing {server.name}…")
     else:
         messages.warning(request, f"A refresh of {server.name} is already on its way (or no worker can be reached).")
@@ -155,7 +157,7 @@ def server_refresh(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def server_refresh_all(request: HttpRequest) -> HttpResponse:
     names = list(Server.objects.filter(enabled=True).values_list("name", flat=True))
-    queued = actions.request_refresh(names, reason=f"refresh all, asked by {request.user}")
+    queued = request_refresh(names, reason=f"refresh all, asked by {request.user}")
     messages.info(request, f"Refreshing {queued} of {len(names)} servers…")
     return redirect("servers")
 

@@ -6,16 +6,11 @@ daphne's command line. Two things differ:
 * the access log: query-string values whose names carry credentials (the OAuth callback's
   ``code`` and ``state``, tokens, secrets) are written as ``[redacted]``. Paths, other
   parameters, statuses and timings are logged as daphne logs them;
-* Twisted, under daphne, reads every POST's ``Content-Type`` with the ``email`` package,
-  only to tell form bodies from others (daphne hands the body to the app either way). That
-  took about a tenth of the web process's time per call on the agents' endpoint, for
-  the same few header values again and again, so the answers are remembered (a small
-  bounded cache of a pure function: the same answer, computed once).
+* under ``manage.py run``, a stuck stop writes every thread's stack first (SIGUSR2).
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import sys
 from typing import Any
@@ -82,26 +77,9 @@ class RedactingAccessLog(AccessLogGenerator):
         super().__call__(protocol, action, details)
 
 
-CONTENT_TYPES_KEPT = 64
-
-
-def remember_content_types() -> None:
-    """Make Twisted's Content-Type parser remember its last answers (see the module's doc).
-
-    The parser is a pure function of the header's bytes; a bounded LRU cache keeps a client
-    that sends ever-new values from growing it. Safe to call more than once."""
-    from twisted.web import http
-
-    parse = getattr(http, "_parseContentType", None)
-    if parse is None or hasattr(parse, "cache_info"):
-        return  # another Twisted, or done already
-    http._parseContentType = functools.lru_cache(maxsize=CONTENT_TYPES_KEPT)(parse)
-
-
 def main(argv: list[str] | None = None) -> None:
     # daphne's command line builds its access log from this name; everything else is daphne's.
     cli.AccessLogGenerator = RedactingAccessLog  # type: ignore[misc]
-    remember_content_types()
     dump_stacks_on()  # under `manage.py run`: shown before a stuck stop is killed
     cli.CommandLineInterface().run(sys.argv[1:] if argv is None else argv)
 

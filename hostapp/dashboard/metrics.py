@@ -13,8 +13,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from hostapp.calls.models import Call
-from hostapp.catalog.models import Server, Tool
-from hostapp.core.models import WorkerHeartbeat
+from hostapp.catalog.models import Server, Tool, live_states
+from hostapp.core import processes
+from hostapp.core.models import Process, WorkerHeartbeat
 from hostapp.outbox.models import Action
 
 # Request latency buckets (seconds) for the web process's own histogram.
@@ -102,12 +103,28 @@ class DatabaseCollector(Collector):
             "Dead letters and unknown outcomes waiting for a person.",
             value=actions[Action.DEAD] + actions[Action.UNKNOWN],
         )
-        states = GaugeMetricFamily(
-            "patchbay_server_state", "1 for each server's current state.", labels=["server", "state"]
+        servers = list(Server.objects.only("pk", "name", "enabled").prefetch_related(live_states()))
+        summary = GaugeMetricFamily(
+            "patchbay_server_state",
+            "1 for each server's state: the worst a live process reports.",
+            labels=["server", "state"],
         )
-        for name, state in Server.objects.values_list("name", "state"):
-            states.add_metric([name, state], 1)
-        yield states
+        each = GaugeMetricFamily(
+            "patchbay_server_process_state",
+            "1 for each server's state as each live process sees it.",
+            labels=["server", "process", "role", "state"],
+        )
+        for server in servers:
+            summary.add_metric([server.name, server.state], 1)
+            for state in server.process_states:
+                each.add_metric([server.name, state.process.name, state.process.role, state.state], 1)
+        yield summary
+        yield each
+        alive = GaugeMetricFamily("patchbay_processes", "Processes seen alive lately, by role.", labels=["role"])
+        live = Process.objects.filter(seen_at__gte=processes.alive_since())
+        for role, n in live.values("role").annotate(n=Count("id")).order_by().values_list("role", "n"):
+            alive.add_metric([role], n)
+        yield alive
         tools = GaugeMetricFamily("patchbay_tools", "Tools in the catalog by status.", labels=["status"])
         for status, n in Tool.objects.values("status").annotate(n=Count("id")).order_by().values_list("status", "n"):
             tools.add_metric([status], n)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from hostapp.calls.models import Call
-from hostapp.catalog.models import Server
+from hostapp.catalog.models import Server, live_states
 from hostapp.core.models import WorkerHeartbeat
 from hostapp.outbox.models import Action, Attempt
 
@@ -84,7 +85,7 @@ def home(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     cutoff = now - HEARTBEAT_STALE_AFTER
     workers = list(WorkerHeartbeat.objects.order_by("hostname"))
-    states = dict(Server.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
+    states = Counter(s.state for s in Server.objects.only("pk", "enabled").prefetch_related(live_states()))
     outbox = dict.fromkeys((s for s, _ in Action.STATUSES), 0)
     outbox.update(Action.objects.values("status").annotate(n=Count("id")).values_list("status", "n"))
     context = {

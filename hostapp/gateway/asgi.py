@@ -9,10 +9,15 @@ import time
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 
+from hostapp.core.events import CATALOG_GROUP
+
+from .models import hash_token
 from .server import AGENT_SCOPE_KEY, AgentInfo, Gateway, current_agent
+from .tokens import authenticate
 
 logger = logging.getLogger(__name__)
 
@@ -72,16 +77,12 @@ _token_cache: dict[str, tuple[float, AgentInfo | None]] = {}
 
 
 def _load_agent(token: str) -> AgentInfo | None:
-    from .tokens import authenticate
-
     agent = authenticate(token)
     return AgentInfo(agent.pk, agent.name, tuple(agent.servers or ())) if agent is not None else None
 
 
 async def _agent_for(token: str) -> AgentInfo | None:
     """The token's agent: from the cache on the loop, else from the database in a thread."""
-    from .models import hash_token
-
     key = hash_token(token)
     hit = _token_cache.get(key)
     if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_SECONDS:
@@ -123,10 +124,6 @@ class GatewayApp:
 
     async def _follow_catalog(self) -> None:
         """Hear catalog changes (from any process) on the channel layer; tell the agents."""
-        from channels.layers import get_channel_layer
-
-        from hostapp.core.events import CATALOG_GROUP
-
         delay = 1.0
         while True:
             layer = get_channel_layer()

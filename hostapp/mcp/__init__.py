@@ -5,7 +5,6 @@ Plain configuration in, plain data out; nothing here imports Django.
 
 from __future__ import annotations
 
-from . import sdk_fixes  # noqa: F401 - installs the SDK fixes before any client runs
 from .config import ConfigError, ServerConfig, parse_document, parse_entry, render_document
 from .connection import result_failure
 from .errors import McpFailure

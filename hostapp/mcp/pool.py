@@ -14,8 +14,8 @@ backoff and full jitter), and opens a circuit when it keeps dying: the server is
 idle        configured, not connected yet (connections are made lazily)
 connecting  starting the server / handshaking
 ready       connected, the last probe or request went well
-degraded    connected, but the last probe failed or was slow, or recent
-            requests were lost
+degraded    connected, but the last probe failed or was slow, recent requests
+            were lost, or the last tool listing failed (until one succeeds)
 failing     not connected; the last attempt failed; retrying with backoff
 crash-looping failed too often in a short window; circuit open until a cool-down
 disabled    turned off in the configuration
@@ -133,6 +133,9 @@ class _Slot:
         self.circuit_until: float | None = None
         self.last_probe_ms: float | None = None
         self.lost_in_a_row = 0
+        # The last tool listing failed (a refused message, a timeout): the server is degraded,
+        # whatever its connection does, until a listing succeeds.
+        self.listing_failure: McpFailure | None = None
 
 
 class Pool:
@@ -323,7 +326,9 @@ class Pool:
             server_info=dict(facts.server_info) if facts else {},
             capabilities=dict(facts.capabilities) if facts else {},
             instructions=facts.instructions if facts else "",
-            last_error=slot.last_error.as_dict() if slot.last_error else None,
+            last_error=(slot.last_error or slot.listing_failure).as_dict()  # type: ignore[union-attr]
+            if slot.last_error or slot.listing_failure
+            else None,
             stderr_tail=tuple(diag.stderr) if diag is not None and diag.stderr else slot.stderr_tail,
             connected_since=slot.connected_since,
             restarts=slot.restarts,
@@ -398,7 +403,7 @@ class Pool:
                     slot.lost_in_a_row = 0
                     slot.last_error = None
                     slot.ready.set()
-                    self._set_state(slot, READY)
+                    self._set_state(slot, self._healthy(slot))
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(conn.listen_for_changes)
                         await self._wait_closed(slot, conn)
@@ -531,12 +536,24 @@ class Pool:
             except TimeoutError:
                 pass
 
+    def _listing_failed(self, slot: _Slot, failure: McpFailure) -> None:
+        """The server answers, but its tools cannot be listed: degraded, with the reason, until
+        a listing succeeds (a reconnect does not clear it)."""
+        slot.listing_failure = dataclasses.replace(failure, server=slot.config.name)
+        if slot.connection is not None and slot.state in (READY, DEGRADED):
+            self._set_state(slot, DEGRADED)
+        self._emit(slot)  # the reason, even when the state was degraded already
+
+    def _healthy(self, slot: _Slot) -> str:
+        """The state of a live connection that answers: ready, unless its listing fails."""
+        return DEGRADED if slot.listing_failure is not None else READY
+
     def _note(self, slot: _Slot, failure: McpFailure | None) -> None:
         """Keep `degraded`/`ready` honest after each request on a live connection."""
         if failure is None or failure.kind in ("protocol", "tool"):
             slot.lost_in_a_row = 0
             if slot.state == DEGRADED and slot.connection is not None:
-                self._set_state(slot, READY)
+                self._set_state(slot, self._healthy(slot))
             return
         slot.lost_in_a_row += 1
         slot.last_error = failure
@@ -584,6 +601,7 @@ class Pool:
             except TimeoutError:
                 failure = errors.ambiguous_error("the tool listing timed out", reason="timeout", server=name)
                 self._note(slot, failure)
+                self._listing_failed(slot, failure)
                 raise failure from None
             except McpFailure as failure:
                 self._note(slot, failure)
@@ -593,7 +611,9 @@ class Pool:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(conn.closed.wait(), timeout=1.0)
                     continue
+                self._listing_failed(slot, failure)
                 raise
+            slot.listing_failure = None
             self._note(slot, None)
             return tools
         raise AssertionError("unreachable")
@@ -624,7 +644,7 @@ class Pool:
             return self._snapshot(slot)
         slot.last_probe_ms = round(took * 1000, 2)
         slot.lost_in_a_row = 0
-        self._set_state(slot, DEGRADED if took > self.policy.slow_probe else READY)
+        self._set_state(slot, DEGRADED if took > self.policy.slow_probe else self._healthy(slot))
         return self._snapshot(slot)
 
     async def _restart(self, name: str) -> None:

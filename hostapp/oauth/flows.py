@@ -29,9 +29,10 @@ from mcp.client.auth.exceptions import OAuthFlowError
 from mcp.client.auth.utils import union_scopes
 from mcp.shared.auth import AuthorizationCodeResult
 
-from hostapp.catalog import actions as catalog_actions
 from hostapp.catalog.models import Server
 from hostapp.catalog.pool import runtime_config
+from hostapp.catalog.states import authorization_given
+from hostapp.catalog.tasks import request_refresh
 from hostapp.core.events import send_event_on_commit
 from hostapp.mcp.connection import Connection
 from hostapp.mcp.errors import McpFailure
@@ -180,7 +181,7 @@ def _connected(flow_pk: int) -> None:
         credential.stamp = secrets.token_hex(8)
         credential.save(update_fields=["stamp", "updated_at"])
         _credentials_changed(flow.server)
-    catalog_actions.request_refresh([flow.server.name], reason="connected")
+    request_refresh([flow.server.name], reason="connected")
 
 
 def _credentials_changed(server: Server) -> None:
@@ -188,7 +189,7 @@ def _credentials_changed(server: Server) -> None:
     Server.objects.filter(pk=server.pk).update(config_changed_at=timezone.now())
     # The pools reconnect on their own time; until one reports, the server is not waiting
     # for a person any more.
-    Server.objects.filter(pk=server.pk, state="needs-authorization").update(state="idle", last_error=None)
+    authorization_given(server)
     send_event_on_commit("server.changed", {"names": [server.name]})
 
 

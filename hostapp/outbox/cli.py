@@ -10,6 +10,7 @@ from django.core.management.base import CommandError, OutputWrapper
 
 from . import actions
 from .models import Action
+from .rows import action_row
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,19 +34,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("id", type=int)
     p.add_argument("--note", default="")
     p.set_defaults(handler=cmd_resolve)
-
-
-def action_row(a: Action) -> dict[str, Any]:
-    return {
-        "id": a.pk,
-        "call_id": a.call_id,
-        "tool": a.call.tool_name,
-        "status": a.status,
-        "attempts": a.attempts,
-        "next_attempt_at": a.next_attempt_at.isoformat() if a.status == Action.PENDING else None,
-        "idempotency_key": a.idempotency_key,
-        "last_error": (a.last_error or {}).get("message"),
-    }
 
 
 def cmd_outbox(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:

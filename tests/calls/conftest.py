@@ -120,9 +120,8 @@ def mailbox(transactional_db: None, tmp_path: Path) -> Iterator[Server]:
     Tests using it need `django_db(transaction=True)`: the pool's event thread writes
     the server's state from another thread.
     """
-    from hostapp.catalog.actions import refresh_server
     from hostapp.catalog.models import Server
-    from hostapp.catalog.pool import close_pool
+    from hostapp.catalog.pool import close_pool, refresh_server
 
     server = Server.objects.create(
         name="mailbox",

@@ -27,9 +27,9 @@ from asgiref.sync import sync_to_async
 from django.test import override_settings
 
 from hostapp.calls.models import Call, Rule
-from hostapp.catalog.actions import refresh_server, set_class_override
+from hostapp.catalog.actions import set_class_override
 from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, Server, Tool
-from hostapp.catalog.pool import close_pool
+from hostapp.catalog.pool import close_pool, refresh_server
 from hostapp.core import events
 from hostapp.gateway import server as gateway_server
 from hostapp.gateway.server import AGENT_SCOPE_KEY, AgentInfo, Gateway

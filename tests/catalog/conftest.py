@@ -80,9 +80,11 @@ def plain_client(plain_user: User) -> Client:
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
-    """The live events the catalog's actions send (kind, data), instead of sending them."""
-    from hostapp.catalog import actions
+    """The live events the catalog's actions and its state records send (kind, data),
+    instead of sending them."""
+    from hostapp.catalog import actions, states
 
     events: list[tuple[str, dict[str, Any]]] = []
-    monkeypatch.setattr(actions, "send_event_on_commit", lambda kind, data: events.append((kind, data)))
+    for module in (actions, states):
+        monkeypatch.setattr(module, "send_event_on_commit", lambda kind, data: events.append((kind, data)))
     return events

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from hostapp.catalog import actions
+from hostapp.catalog import actions, states
 from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool, definition_hash
+from hostapp.catalog.pool import refresh_server
 from hostapp.mcp import errors
 from hostapp.mcp.config import ConfigError
 from hostapp.mcp.pool import ServerStatus
@@ -366,7 +367,7 @@ def test_it_stores_a_definition_holding_what_json_columns_refuse() -> None:
 
 def test_it_stores_a_server_status_holding_what_json_columns_refuse() -> None:
     make_server("files")
-    actions.record_statuses(
+    states.record_statuses(
         [
             ServerStatus(
                 name="files",
@@ -447,7 +448,7 @@ def test_it_keeps_the_last_good_tools_marked_stale_when_a_refresh_fails() -> Non
 def test_it_does_not_refresh_a_disabled_server() -> None:
     server = listed(make_server("files", trusted=True, enabled=False), tool_def("read"))
 
-    result = actions.refresh_server(server)
+    result = refresh_server(server)
 
     assert (result.ok, result.error, result.tools) == (False, "the server is disabled", 1)
 

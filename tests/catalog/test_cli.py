@@ -180,6 +180,7 @@ def test_it_lists_the_servers_as_json() -> None:
         "enabled": True,
         "stale": True,
         "last_error": "files exited during the handshake (status 2)",
+        "processes": [],
     }
     assert (rows[1]["transport"], rows[1]["tool_count"], rows[1]["enabled"], rows[1]["last_error"]) == (
         "http",
@@ -289,7 +290,7 @@ def test_refreshes_run_jobs_at_a_time_and_each_is_reported_as_it_finishes(monkey
             raise RuntimeError("the database went away")
         return actions.RefreshResult(server.name, ok=True, tools=2)
 
-    monkeypatch.setattr(actions, "refresh_server", refresh)
+    monkeypatch.setattr(cli, "refresh_server", refresh)
     monkeypatch.setattr(cli.connection, "close", lambda: None)  # the fake touches no database
 
     results = {server.name: result for server, result in cli._refresh_each(fake_servers(6), jobs=3)}
@@ -306,7 +307,7 @@ def test_with_one_job_the_refreshes_run_in_order_in_the_callers_thread(monkeypat
         seen.append((server.name, threading.current_thread().name))
         return actions.RefreshResult(server.name, ok=True)
 
-    monkeypatch.setattr(actions, "refresh_server", refresh)
+    monkeypatch.setattr(cli, "refresh_server", refresh)
 
     names = [server.name for server, _ in cli._refresh_each(fake_servers(3), jobs=1)]
 
@@ -326,7 +327,7 @@ def test_when_the_caller_stops_early_no_more_refreshes_start(monkeypatch: pytest
             release.wait(10)  # under way when the caller stops
         return actions.RefreshResult(server.name, ok=True)
 
-    monkeypatch.setattr(actions, "refresh_server", refresh)
+    monkeypatch.setattr(cli, "refresh_server", refresh)
     monkeypatch.setattr(cli.connection, "close", lambda: None)
 
     each = cli._refresh_each(fake_servers(200), jobs=2)

@@ -12,9 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from twisted.web import http
 
-from hostapp.core.web import CONTENT_TYPES_KEPT, RedactingAccessLog, redact_query, remember_content_types
+from hostapp.core.web import RedactingAccessLog, redact_query
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,33 +60,8 @@ def test_the_access_log_line_carries_the_redacted_path() -> None:
     assert details["path"] == "/oauth/callback/?code=s3cret&state=abc"  # the caller's dict is untouched
 
 
-def test_content_types_are_parsed_once_and_answered_the_same() -> None:
-    original = http._parseContentType
-    try:
-        remember_content_types()
-        remember_content_types()  # a second call wraps nothing twice
-        parse = http._parseContentType
-        assert parse.__wrapped__ is original
-        for header in (
-            b"application/json",
-            b"Application/JSON; charset=utf-8",
-            b"multipart/form-data; boundary=xyz",
-            b"application/x-www-form-urlencoded",
-            b"",
-            b"not a type",
-        ):
-            assert parse(header) == original(header)
-            assert parse(header) == original(header)
-        assert parse.cache_info().hits == 6
-        for i in range(CONTENT_TYPES_KEPT * 3):  # ever-new values do not grow it
-            parse(b"text/x-%d" % i)
-        assert parse.cache_info().currsize == CONTENT_TYPES_KEPT
-    finally:
-        http._parseContentType = original
-
-
 def test_a_post_through_the_web_server_is_answered(tmp_path: Path) -> None:
-    """The wrapper's daphne, with the remembered parser, serves JSON and form POSTs alike."""
+    """The wrapper's daphne serves JSON and form POSTs alike."""
     app = tmp_path / "echo_app.py"
     app.write_text(
         "async def app(scope, receive, send):\n"

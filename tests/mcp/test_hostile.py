@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from hostapp.mcp import McpFailure, Pool, result_failure
-from hostapp.mcp.pool import CRASH_LOOPING, READY
+from hostapp.mcp.pool import CRASH_LOOPING, DEGRADED, READY
 from hostapp.mcp.sanitize import clean_text
 from hostapp.mcp.stdio import stop_process
 from tests.helpers import process_gone, wait_until
@@ -119,6 +119,29 @@ def test_an_oversized_line_is_refused_without_the_memory_following_it(pool: Pool
     assert rss_after - rss_before < 6 * 1024 * 1024
     status = pool.status("big")
     assert status.last_error is not None and status.last_error["reason"] == "message_too_large"
+
+
+def test_a_refused_listing_leaves_the_server_degraded_with_the_reason_until_a_listing_succeeds(
+    pool: Pool, tmp_path: Path
+) -> None:
+    """The refused message ends the connection; the one after it comes up, answers a probe,
+    and the server is still not ready: its tools cannot be listed. Listing them again (the
+    server sends the normal listing now) makes it ready."""
+    pool.configure([hostile("once", "oversized-once", state=tmp_path, max_message_bytes=1024 * 1024)])
+    first_pid = pool.connect("once").pid
+    with pytest.raises(McpFailure) as caught:
+        pool.list_tools("once")
+    assert caught.value.reason == "message_too_large"
+
+    # A new connection (a new server process), answering: still degraded, for the same reason.
+    wait_until(lambda: (pool.status("once").pid or first_pid) != first_pid, timeout=20, what="a new connection")
+    probed = pool.probe("once")
+    assert probed.state == DEGRADED
+    assert probed.last_error is not None and probed.last_error["reason"] == "message_too_large"
+
+    assert [t["name"] for t in pool.list_tools("once")][:1] == ["echo"]
+    status = pool.status("once")
+    assert status.state == READY and status.last_error is None
 
 
 def test_a_call_that_times_out_is_cancelled_and_the_connection_keeps_working(pool: Pool, tmp_path: Path) -> None:

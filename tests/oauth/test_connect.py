@@ -17,9 +17,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
-from hostapp.catalog import actions as catalog_actions
 from hostapp.catalog.models import Server, Tool
-from hostapp.catalog.pool import close_pool, pool_for, runtime_config
+from hostapp.catalog.pool import close_pool, pool_for, refresh_server, runtime_config
 from hostapp.mcp.connection import Connection
 from hostapp.mcp.errors import McpFailure
 from hostapp.oauth import flows
@@ -61,7 +60,7 @@ def add_server(oauth_server: RunningServer) -> Server:
 
 def refresh(server: Server) -> None:
     server.refresh_from_db()
-    catalog_actions.refresh_server(server)
+    refresh_server(server)
     server.refresh_from_db()
 
 

@@ -50,8 +50,8 @@ def _close_the_pool() -> Iterator[None]:
 def stdio_server(name: str, args: list[str], *, trusted: bool) -> Server:
     """A `Server` row for a real stdio server, with its tools listed by `refresh_server`."""
     from hostapp.catalog import pool as catalog_pool
-    from hostapp.catalog.actions import refresh_server
     from hostapp.catalog.models import Server
+    from hostapp.catalog.pool import refresh_server
 
     server = Server.objects.create(name=name, command=PYTHON, args=args, trusted=trusted)
     result = refresh_server(server)

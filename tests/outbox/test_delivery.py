@@ -26,8 +26,9 @@ from pytest_django.fixtures import Settings
 
 from hostapp.calls.actions import approve
 from hostapp.calls.models import Call, CallEvent
-from hostapp.catalog.actions import refresh_server, set_enabled
+from hostapp.catalog.actions import set_enabled
 from hostapp.catalog.models import Server, Tool
+from hostapp.catalog.pool import refresh_server
 from hostapp.outbox import actions
 from hostapp.outbox.models import Action, Attempt
 from tests.helpers import REPO, free_port, wait_until

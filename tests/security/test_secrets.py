@@ -57,8 +57,7 @@ def secrets_in_play(settings: Any, vault: Server, agent_token: tuple[Any, str]) 
 def _use_the_secrets(vault: Server, agent_token: tuple[Any, str], approver: User) -> Call:
     """What makes the host handle the secrets: a refresh and a call that start the server
     with its environment and fail, an agent's call through the API, an approval."""
-    from hostapp.catalog.actions import refresh_server
-    from hostapp.catalog.pool import close_pool
+    from hostapp.catalog.pool import close_pool, refresh_server
 
     try:
         result = refresh_server(vault)
