@@ -42,9 +42,13 @@ run: install
 test: install install-dev install-node
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## lint: the static checks CI runs: ruff, the import contracts and rules, mypy
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(PY) .ci/import_shape.py
+	$(VENV)/bin/mypy
 
 format: install-dev
 	$(VENV)/bin/ruff format .

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -16,7 +17,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from hostapp.core import identity  # noqa: E402
 from hostapp.core.gc_tuning import tune_gc  # noqa: E402
-from hostapp.gateway.asgi import GatewayApp, mcp_path  # noqa: E402
+from hostapp.gateway.asgi import GatewayApp, Scope, mcp_path  # noqa: E402
 from hostapp.routing import websocket_urlpatterns  # noqa: E402
 
 identity.set_role(identity.WEB)
@@ -25,7 +26,7 @@ gateway_app = GatewayApp()
 tune_gc()
 
 
-async def http_app(scope, receive, send):  # type: ignore[no-untyped-def]
+async def http_app(scope: Scope, receive: Any, send: Any) -> None:
     """/mcp goes to the agents' endpoint; everything else to Django."""
     if mcp_path(scope):
         await gateway_app(scope, receive, send)

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import dj_database_url
+from cryptography.fernet import Fernet
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 # (check id, message, hint) for every configuration mistake found while loading.
@@ -110,8 +113,6 @@ def _encryption_keys() -> list[str]:
     encrypts, every one decrypts (rotation: put the new key first, run `manage.py mcp
     secrets rotate`, then drop the old one). Unset, a key is generated once into the data
     directory."""
-    from cryptography.fernet import Fernet
-
     raw = env_list("PATCHBAY_ENCRYPTION_KEY", [])
     if not raw:
         raw = [
@@ -209,8 +210,6 @@ TEMPLATES = [
 
 
 def _database_from_url(url: str) -> dict[str, object] | None:
-    import dj_database_url
-
     try:
         config: dict[str, object] = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
     except Exception as exc:  # dj_database_url raises several types; all mean "bad URL"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
 
 from .models import Call, CallEvent, Rule
 
@@ -26,8 +27,8 @@ class CallAdmin(admin.ModelAdmin):
     search_fields = ["tool_name", "requester_name"]
     inlines = [CallEventInline]
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: Call | None = None) -> bool:
         return False

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import CommandError, CommandParser, OutputWrapper
 
 from . import actions
 from .models import Call
@@ -17,7 +17,7 @@ EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_QUEUED = 0, 1, 2, 3,
 CLI_REQUESTER = actions.Requester(Call.CLI, "cli")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p = subparsers.add_parser("call", help="call a tool by its exposed name (server__tool)")
     p.add_argument("tool")
     p.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object (default {})")

@@ -119,7 +119,7 @@ class Move:
 def _events(pairs: Iterable[tuple[Call, Event]]) -> None:
     now = timezone.now()
     CallEvent.objects.bulk_create(
-        CallEvent(call=call, kind=e.kind, actor=e.actor, detail=e.detail, at=e.at or now) for call, e in pairs
+        CallEvent(call=call, kind=e.kind, actor=e.actor, detail=storable(e.detail), at=e.at or now) for call, e in pairs
     )
 
 

@@ -114,26 +114,26 @@ def _result_view(call: Call) -> dict[str, Any]:
             )
         elif kind == "resource":
             res = block.get("resource") or {}
-            text = res.get("text")
+            resource_text = res.get("text")
             blocks.append(
                 {
                     "type": "resource",
                     "uri": res.get("uri", ""),
                     "mime": res.get("mimeType", ""),
-                    "text": str(text)[: max(0, budget)] if text is not None else None,
-                    "truncated": text is not None and len(str(text)) > budget,
+                    "text": str(resource_text)[: max(0, budget)] if resource_text is not None else None,
+                    "truncated": resource_text is not None and len(str(resource_text)) > budget,
                     "blob_size": len(res.get("blob") or "") * 3 // 4,
                 }
             )
-            if text is not None:
-                budget -= len(str(text))
+            if resource_text is not None:
+                budget -= len(str(resource_text))
         else:
             blocks.append({"type": "other", "json": json.dumps(block, indent=2, ensure_ascii=False)[:2000]})
     structured = result.get("structuredContent")
     structured_view = None
     if structured is not None:
         text = json.dumps(structured, indent=2, ensure_ascii=False)
-        check = None
+        check: list[str] | str | None = None  # the schema's complaints, or "ok"
         tool = call.tool
         schema = tool.output_schema if tool is not None else None
         if schema:
@@ -219,7 +219,7 @@ def call_tool(request: HttpRequest, exposed_name: str) -> HttpResponse:
     try:
         arguments = json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError as exc:
-        error = {
+        error: dict[str, Any] = {
             "error": f"the arguments are not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
             "errors": [{"path": "", "message": exc.msg}],
         }

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from django import forms
@@ -43,12 +44,13 @@ class ServerAdminForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # a form's clean() returns its cleaned_data
         helper = ServerForm(
             {
                 "name": data.get("name") or self.instance.name,
                 "transport": data.get("transport"),
                 "command": data.get("command") or "",
-                "args": " ".join(__import__("shlex").quote(a) for a in (data.get("args") or [])),
+                "args": " ".join(shlex.quote(a) for a in (data.get("args") or [])),
                 "env": data.get("env_text") or "",
                 "cwd": data.get("cwd") or "",
                 "url": data.get("url") or "",

@@ -6,12 +6,13 @@ import argparse
 import json
 import logging
 import queue
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.db import connection
 
 from hostapp.core.gc_tuning import tuned_gc
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 REFRESH_JOBS = 8
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p = subparsers.add_parser("import", help="import servers from an mcpServers JSON file")
     p.add_argument("file", help="a Claude Desktop / Cursor / VS Code config file, or - for stdin")
     p.add_argument("--refresh", action="store_true", help="list the imported servers' tools right away")
@@ -77,8 +78,6 @@ def _positive(text: str) -> int:
 
 
 def _read_document(path: str) -> Any:
-    import sys
-
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
     except OSError as exc:

@@ -118,6 +118,7 @@ class ServerForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # a form's clean() returns its cleaned_data
         if self.errors:
             return data
         name = self.instance.name if self.instance else data["name"]

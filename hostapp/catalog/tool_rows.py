@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.backends.postgresql.base import ServerBindingCursor
@@ -120,16 +120,23 @@ def update_rows(fields: tuple[str, ...], updates: list[tuple[int, dict[str, Any]
     and row in the ORM: ~2 ms of CPU per tool, more than the row-by-row saves it replaces.
     Values are prepared as each field prepares them (`_Preparer`, given `texts`)."""
     meta = Tool._meta
-    columns = [meta.get_field(name) for name in fields]
+    # Fields of the tool's own, as `update_fields` names them: never a reverse relation.
+    columns = [cast(Field, meta.get_field(name)) for name in fields]
     quote = connection.ops.quote_name
     sql = "UPDATE {} SET {} WHERE {} = %s".format(
         quote(meta.db_table),
-        ", ".join(f"{quote(f.column)} = %s" for f in columns),
-        quote(meta.pk.column),
+        ", ".join(f"{quote(_column(f))} = %s" for f in columns),
+        quote(_column(meta.pk)),
     )
     prepare = _Preparer(columns, texts)
     rows = [[*(prepare(f, values[f.name]) for f in columns), pk] for pk, values in updates]
     _execute_many(sql, rows)
+
+
+def _column(field: Field) -> str:
+    """The column of a concrete field (a field is concrete when it has one)."""
+    assert field.column is not None
+    return field.column
 
 
 def _execute_many(sql: str, rows: list[list[Any]]) -> None:
@@ -179,7 +186,7 @@ def insert_rows(rows: list[dict[str, Any]], now: datetime, texts: Texts | None =
             else:
                 prepared.append(prepare(f, value))
         prepared_rows.append(prepared)
-    _write_rows(meta.db_table, [f.column for f in fields], prepared_rows)
+    _write_rows(meta.db_table, [_column(f) for f in fields], prepared_rows)
 
 
 def _write_rows(table: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -207,9 +214,9 @@ def _on_postgresql(sql: str, rows: list[list[Any]], *, copy: bool) -> None:
     """
     if not copy:
         connection.ensure_connection()
-        bound = ServerBindingCursor(connection.connection)
+        bound = ServerBindingCursor(connection.connection)  # type: ignore[call-arg]  # stubs lack its psycopg base
         wrap = connection.make_debug_cursor if connection.queries_logged else connection.make_cursor
-        with wrap(bound) as cursor:
+        with wrap(bound) as cursor:  # type: ignore[arg-type]  # stubs: a CursorWrapper; really a DB-API cursor
             cursor.executemany(sql, rows)
         return
     with connection.cursor() as cursor:

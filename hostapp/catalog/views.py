@@ -41,9 +41,9 @@ def server_list(request: HttpRequest) -> HttpResponse:
         .listed()
     )
     refreshing = sum(1 for s in servers if s.refreshing)
-    batch = [s for s in servers if s.refresh_requested_at is not None]
-    latest = max((s.refresh_requested_at for s in batch), default=None)
-    in_batch = [s for s in batch if latest is not None and (latest - s.refresh_requested_at).total_seconds() < 30]
+    batch = [(s, s.refresh_requested_at) for s in servers if s.refresh_requested_at is not None]
+    latest = max((requested_at for _, requested_at in batch), default=None)
+    in_batch = [s for s, requested_at in batch if latest is not None and (latest - requested_at).total_seconds() < 30]
     progress = {"done": sum(1 for s in in_batch if not s.refreshing), "total": len(in_batch)} if refreshing else None
     template = "catalog/_server_rows.html" if _fragment(request) else "catalog/servers.html"
     return render(request, template, {"servers": servers, "progress": progress})

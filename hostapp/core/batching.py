@@ -20,6 +20,8 @@ import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from django.db import connection
+
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
@@ -63,7 +65,13 @@ class Batcher(Generic[T]):
         # A forked child starts empty, with locks of its own (the parent's may have been
         # held by another thread at the fork). Weakly: a batcher is not kept alive for it.
         ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: (batcher := ref()) is not None and batcher._reset())
+
+        def reset_in_child() -> None:
+            batcher = ref()
+            if batcher is not None:
+                batcher._reset()
+
+        os.register_at_fork(after_in_child=reset_in_child)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
@@ -180,7 +188,6 @@ def with_session(
     """A batcher whose thread keeps its database session between batches (opening one costs
     more than most batches) and closes it when idle for `idle` seconds, when it ends, and
     after a batch that raised (the next one starts from a fresh session)."""
-    from django.db import connection
 
     def close() -> None:
         connection.close()  # the calling thread's: `connection` is looked up per thread

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.conf import settings
@@ -17,8 +18,6 @@ def check_environment(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
 @checks.register(checks.Tags.security, deploy=True)
 def check_production(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Deployment checks of our own, next to Django's `check --deploy`."""
-    import os
-
     found: list[checks.CheckMessage] = []
     if not os.environ.get("SECRET_KEY"):
         found.append(

@@ -19,6 +19,7 @@ from typing import Any
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.db import models
+from django.forms import JSONField as JSONFormField
 
 PREFIX = "enc:v1:"
 
@@ -75,6 +76,11 @@ def rotate(stored: str) -> str:
 class EncryptedJSONField(models.TextField):
     """A JSON value (a dict of secrets, a token set) kept encrypted in a text column."""
 
+    # What django-stubs reads as the attribute's types: any JSON value, as for a JSONField
+    # (else those of the TextField it is stored as, str).
+    _pyi_private_set_type: Any
+    _pyi_private_get_type: Any
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("blank", True)
         super().__init__(*args, **kwargs)
@@ -103,8 +109,6 @@ class EncryptedJSONField(models.TextField):
         return default
 
     def formfield(self, **kwargs: Any) -> Any:
-        from django.forms import JSONField as JSONFormField
-
         return JSONFormField(**{"required": not self.blank, **kwargs})
 
 

@@ -14,7 +14,7 @@ A larger first threshold lets those objects die, freed by their reference counts
 a collection sees them. Nothing else changes: reference counting frees what it freed
 before, and garbage in cycles (rare in this code) waits a little longer for its
 collection. `PATCHBAY_GC_THRESHOLD` sets it (0: Python's own); the older generations keep
-Python's factors. See docs/benchmarks.md ("Session 9").
+Python's factors. See docs/benchmarks.md ("Garbage collector threshold").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.middleware import LoginRequiredMiddleware
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 
 
 class PatchbayLoginRequiredMiddleware(LoginRequiredMiddleware):
@@ -11,7 +11,7 @@ class PatchbayLoginRequiredMiddleware(LoginRequiredMiddleware):
 
     def process_view(
         self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
-    ) -> HttpResponse | None:
+    ) -> HttpResponseBase | None:
         if request.path.startswith("/api/"):
             return None
         return super().process_view(request, view_func, view_args, view_kwargs)

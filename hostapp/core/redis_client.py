@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import redis
 from django.conf import settings
 
 _clients: dict[str, Any] = {}
@@ -16,8 +17,6 @@ def redis_client() -> Any:
     url = settings.REDIS_URL
     client = _clients.get(url)
     if client is None:
-        import redis
-
         with _lock:
             client = _clients.get(url)
             if client is None:

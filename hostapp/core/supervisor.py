@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import logging
 import os
 import shutil
@@ -49,8 +50,6 @@ STACKS_SIGNAL = signal.SIGUSR2
 def dump_stacks_on(sig: int = STACKS_SIGNAL) -> None:
     """Write every thread's stack to stderr on `sig` (for a supervisor about to kill us).
     The process's own stderr: Celery replaces `sys.stderr` with a logger."""
-    import faulthandler
-
     if sys.__stderr__ is not None:
         faulthandler.register(sig, file=sys.__stderr__, all_threads=True)
 

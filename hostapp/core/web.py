@@ -79,7 +79,7 @@ class RedactingAccessLog(AccessLogGenerator):
 
 def main(argv: list[str] | None = None) -> None:
     # daphne's command line builds its access log from this name; everything else is daphne's.
-    cli.AccessLogGenerator = RedactingAccessLog  # type: ignore[misc]
+    cli.AccessLogGenerator = RedactingAccessLog
     dump_stacks_on()  # under `manage.py run`: shown before a stuck stop is killed
     cli.CommandLineInterface().run(sys.argv[1:] if argv is None else argv)
 

@@ -47,8 +47,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if not user.has_perm("calls.approve_call"):
             return {"type": "error", "data": {"message": "you do not have the approve permission"}}
         try:
-            call_id = int(content.get("call_id"))
-        except (TypeError, ValueError):
+            call_id = int(content["call_id"])
+        except (KeyError, TypeError, ValueError):
             return {"type": "error", "data": {"message": "call_id must be a number"}}
         try:
             if action == "approve":

@@ -60,6 +60,7 @@ def _approval_waits() -> HistogramMetricFamily:
     sums: dict[str, float] = {}
     decided = Call.objects.filter(decided_at__isnull=False).values_list("status", "created_at", "decided_at")
     for status, created, decided_at in decided.iterator():
+        assert decided_at is not None  # filtered on above
         decision = status if status in (Call.DENIED, Call.EXPIRED) else "approved"
         seconds = (decided_at - created).total_seconds()
         row = counts.setdefault(decision, [0] * (len(WAIT_BUCKETS) + 1))

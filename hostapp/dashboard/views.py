@@ -57,10 +57,10 @@ def _per_minute(now: Any) -> dict[str, list[int]]:
         .annotate(n=Count("id"))
         .order_by()
     )
-    for row in dead:
-        i = slot(row["minute"])
+    for dead_row in dead:
+        i = slot(dead_row["minute"])
         if 0 <= i < 60:
-            series["dead"][i] += row["n"]
+            series["dead"][i] += dead_row["n"]
     return series
 
 

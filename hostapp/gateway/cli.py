@@ -7,13 +7,13 @@ import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import CommandError, CommandParser, OutputWrapper
 
 from . import tokens
 from .models import AgentToken
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p = subparsers.add_parser("token", help="agent tokens for the /mcp endpoint")
     sub = p.add_subparsers(dest="token_command", metavar="create|revoke|list", required=True)
     c = sub.add_parser("create", help="create a token (printed once)")

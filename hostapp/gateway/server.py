@@ -482,8 +482,8 @@ class Gateway:
 
     async def _status(self, agent: AgentInfo, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
-            call_id = int(arguments.get("call_id"))
-        except (TypeError, ValueError):
+            call_id = int(arguments["call_id"])
+        except (KeyError, TypeError, ValueError):
             return _text_result("call_id must be a whole number", is_error=True)
         call = await sync_to_async(
             lambda: Call.objects.filter(pk=call_id, requester_agent_id=agent.pk).first(), thread_sensitive=False

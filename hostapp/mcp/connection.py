@@ -326,7 +326,9 @@ class Connection:
         with anyio.fail_after(timeout or self.config.call_timeout):
             for _page in range(MAX_LIST_PAGES):
                 try:
-                    result = await self._request(lambda c=cursor: client.list_tools(cursor=c, cache_mode="bypass"))
+                    result = await self._request(
+                        functools.partial(client.list_tools, cursor=cursor, cache_mode="bypass")
+                    )
                 except TimeoutError:
                     raise
                 tools.extend(_dump_listed(tool) for tool in result.tools)

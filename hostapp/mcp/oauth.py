@@ -28,6 +28,7 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 from mcp.client.auth import OAuthClientProvider
@@ -263,8 +264,6 @@ async def headless_authorize(
 ) -> AuthorizationCodeResult:
     """Follow an authorization URL without a person (a server that consents at once, as the
     conformance suite's do) and read the code from the redirect back to `redirect_uri`."""
-    from urllib.parse import parse_qs, urlsplit
-
     url = authorization_url
     for _ in range(10):
         response = await http.get(url, follow_redirects=False)

@@ -29,6 +29,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import random
 import threading
@@ -392,7 +393,7 @@ class Pool:
             slot.next_attempt_at = None
             self._set_state(slot, CONNECTING)
             auth = self.auth_factory(slot.config) if self.auth_factory and slot.config.transport != "stdio" else None
-            conn = Connection(slot.config, on_tools_changed=lambda s=slot: self._tools_changed(s), auth=auth)
+            conn = Connection(slot.config, on_tools_changed=functools.partial(self._tools_changed, slot), auth=auth)
             failure: McpFailure | None = None
             try:
                 async with AsyncExitStack() as stack:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
 
 from .models import AuthorizationFlow, Credential
 
@@ -14,7 +15,7 @@ class CredentialAdmin(admin.ModelAdmin):
     fields = ("server", "status", "reason", "scope", "required_scope", "expires_at", "refreshed_at", "refreshes")
     readonly_fields = fields
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
 
@@ -24,5 +25,5 @@ class AuthorizationFlowAdmin(admin.ModelAdmin):
     fields = ("server", "status", "started_by", "created_at", "updated_at", "error")
     readonly_fields = fields
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False

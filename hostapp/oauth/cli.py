@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from django.apps import apps
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.db import transaction
 
 from hostapp.catalog.models import Server
@@ -17,7 +17,7 @@ from . import flows
 from .models import Credential
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p = subparsers.add_parser("secrets", help="the encryption of secrets at rest")
     sub = p.add_subparsers(dest="secrets_command", metavar="new-key|rotate", required=True)
     n = sub.add_parser("new-key", help="print a new key for PATCHBAY_ENCRYPTION_KEY")

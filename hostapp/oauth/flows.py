@@ -23,7 +23,7 @@ from contextlib import AsyncExitStack
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import httpx2
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from mcp.client.auth.exceptions import OAuthFlowError
 from mcp.client.auth.utils import union_scopes
@@ -79,8 +79,6 @@ def _run(flow_pk: int, ready: threading.Event) -> None:
         _finish(flow_pk, AuthorizationFlow.FAILED, _describe(exc))
     finally:
         ready.set()
-        from django.db import connection
-
         connection.close()
 
 

@@ -171,7 +171,7 @@ class DatabaseStore:
 
         def read() -> tuple[Any, ...]:
             # One query, no model instances: every HTTP connection a pool opens reads this.
-            return Server.objects.values_list(  # type: ignore[no-any-return]
+            return Server.objects.values_list(
                 "oauth_client_id", "oauth_client_secret", "credential__tokens", "credential__client_info",
                 "credential__learned",
             ).get(name=self.server_name)  # fmt: skip

@@ -16,7 +16,6 @@ every worker thread.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import os
@@ -66,7 +65,7 @@ WAKE_TTL_MS = 5000
 # After Redis failed to answer about the flag, wake without it for this long.
 _FLAG_QUIET_AFTER_FAILURE = 10.0
 # The handshake allowance of the pool's servers (the host never changes it).
-_CONNECT_TIMEOUT = next(f.default for f in dataclasses.fields(ServerConfig) if f.name == "connect_timeout")
+_CONNECT_TIMEOUT = ServerConfig.connect_timeout  # the field's default (a dataclass's class attribute)
 
 
 def batch_size() -> int:
@@ -386,12 +385,12 @@ def deliver_claimed(batch: list[Action], worker: str) -> list[str]:
         elif isinstance(answer, Exception):
             unexpected.append(answer)
         else:
-            failure = result_failure(answer, action.call.original_name)
+            tool_failure = result_failure(answer, action.call.original_name)
             # A tool error is the tool's answer: sending it again gets the same one.
             outcomes[index] = (
                 Outcome("done", result=answer)
-                if failure is None
-                else Outcome("dead", result=answer, error=failure.as_dict()),
+                if tool_failure is None
+                else Outcome("dead", result=answer, error=tool_failure.as_dict()),
                 seconds,
             )
     order = sorted(outcomes)

