@@ -26,7 +26,7 @@ What it does:
    (``VACUUM ANALYZE``) each time the catalog is emptied for a ``first`` refresh, as
    autovacuum would between refreshes (``vacuum``).
 4. Full refreshes of every server, each exactly as the refresh task does it (load the row,
-   ``hostapp.catalog.actions.refresh_server``, through this process's pool), one after the
+   ``hostapp.catalog.pool.refresh_server``, through this process's pool), one after the
    other and from ``--threads`` worker threads at once:
 
    * ``first``: cold pool (every connection new) and an empty catalog (every tool inserted);

@@ -658,9 +658,9 @@ PROFILE_PARTS = (
     ("- validate_arguments", "validate_arguments (hostapp/calls/actions.py"),
     ("- decide (policy)", "decide (hostapp/calls/policy.py"),
     ("- run_now (waits for the pool)", "run_now (hostapp/calls/actions.py"),
-    ("- record_outcome", "record_outcome (hostapp/calls/actions.py"),
+    ("- the outcome's move (life.finish)", "finish (hostapp/calls/life.py"),
     ("broadcast, thread side (events._send)", "_send (hostapp/core/events.py"),
-    ("ledger rows written behind (calls/ledger.write)", "write (hostapp/calls/ledger.py"),
+    ("the row after the answer (record_ran)", "record_ran (hostapp/calls/actions.py"),
     ("Redis group_send (on the loop)", "RedisChannelLayer.group_send"),
     ("Redis receive (the endpoint hears every call.changed)", "RedisChannelLayer.receive"),
     ("Django ORM (django/db)", "django/db/"),
@@ -680,7 +680,7 @@ IDLE_LEAVES = (
     "_worker (concurrent/futures/thread.py:81)",
     "wait (threading.py",
     "_wait_for_tstate_lock",
-    # A batcher thread (live events, ledger rows) waiting on its queue: a C call, so the
+    # A batcher thread (live events, pool states) waiting on its queue: a C call, so the
     # leaf py-spy shows is the Python frame that waits.
     "_next (hostapp/core/batching.py",
     "_collect (hostapp/core/batching.py",
@@ -733,9 +733,10 @@ def breakdown(n: int, token: str) -> int:
 
     django.setup()
     from asgiref.sync import async_to_sync, sync_to_async
-    from django.db import close_old_connections, connection, transaction
+    from django.db import close_old_connections, connection
+    from django.utils import timezone
 
-    from hostapp.calls import actions
+    from hostapp.calls import actions, life
     from hostapp.calls.models import Call
     from hostapp.calls.policy import decide
     from hostapp.catalog.models import Tool
@@ -774,32 +775,13 @@ def breakdown(n: int, token: str) -> int:
             connection.ensure_connection()
 
         def call_row() -> None:
-            with transaction.atomic():
-                call = Call.objects.create(
-                    requester_kind=Call.AGENT,
-                    requester_name=agent.name,
-                    requester_agent=agent,
-                    server_name=tool.server.name,
-                    tool_name=name,
-                    original_name=tool.original_name,
-                    tool=tool,
-                    tool_class=tool.effective_class,
-                    definition_hash=tool.definition_hash,
-                    arguments=TOOL_ARGS,
-                    argument_digest=actions.argument_digest(TOOL_ARGS),
-                    decision=Call.RUN,
-                    decision_reason="read-only",
-                    status=Call.RUNNING,
-                )
-                actions._event(call, "created", agent.name, decision=Call.RUN, reason="read-only")
-            holder[0] = call
+            holder[0] = life.open_call(actions.new_call(tool, decide(tool), requester, TOOL_ARGS, timezone.now()))
 
-        def outcome_without_broadcast() -> None:
+        def outcome() -> None:
             call = holder[0]
-            with transaction.atomic():
-                call.status = Call.SUCCEEDED
-                call.save(update_fields=["status"])
-                actions._event(call, "succeeded", "", error=None)
+            call.status = Call.RUNNING  # measured again and again from the same row
+            Call.objects.filter(pk=call.pk).update(status=Call.RUNNING)
+            life.finish(call, {"content": []}, None, 0.001)
 
         def upstream() -> None:
             pool.call_tool(tool.server.name, tool.original_name, TOOL_ARGS)
@@ -819,8 +801,8 @@ def breakdown(n: int, token: str) -> int:
             lambda: actions.validate_arguments(tool.input_schema, TOOL_ARGS),
         )
         timed("start_call: decide (policy: rules query)", lambda: decide(tool))
-        timed("start_call: Call + CallEvent rows, one transaction", call_row)
-        timed("record_outcome without its broadcast (save + CallEvent, one transaction)", outcome_without_broadcast)
+        timed("start_call: Call + CallEvent rows, one transaction (life.open_call)", call_row)
+        timed("the outcome: a move + CallEvent, one transaction (life.finish; one reset UPDATE more)", outcome)
         timed("one broadcast (_send: async_to_sync to the loop, Redis group_send)", lambda: events._send("bench", {}))
         timed("run_now's pool.call_tool (hop to the pool's loop, upstream HTTP call)", upstream)
         timed(

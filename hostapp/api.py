@@ -164,7 +164,17 @@ class ServerOut(Schema):
     enabled: bool
     stale: bool
     last_error: str | None
-    processes: list[ProcessStateOut] = Field(description="Each live process's own state of the server.")
+    processes: list[ProcessStateOut] = Field(
+        description="Each live process's own state of the server (for people; empty for an agent token)."
+    )
+
+
+def _server_out(request: HttpRequest, server: Server, tool_count: int) -> dict[str, Any]:
+    """A server as the API shows it; an agent is not told the host's processes."""
+    row = server_row(server, tool_count)
+    if _agent(request) is not None:
+        row["processes"] = []
+    return row
 
 
 @api.get("/servers", response=responses(list[ServerOut]), tags=["servers"])
@@ -173,7 +183,7 @@ def list_servers(request: HttpRequest) -> list[dict[str, Any]]:
     servers = Server.objects.order_by("name")
     if agent is not None and agent.servers:
         servers = servers.filter(name__in=agent.servers)
-    return [server_row(s, s.n_tools) for s in servers.listed()]
+    return [_server_out(request, s, s.n_tools) for s in servers.listed()]
 
 
 def _server(request: HttpRequest, name: str) -> Server:
@@ -187,7 +197,7 @@ def _server(request: HttpRequest, name: str) -> Server:
 @api.get("/servers/{name}", response=responses(ServerOut, codes=[404]), tags=["servers"])
 def get_server(request: HttpRequest, name: str) -> dict[str, Any]:
     server = _server(request, name)
-    return server_row(server, server.tools.count())
+    return _server_out(request, server, server.tools.count())
 
 
 class Queued(Schema):

@@ -110,8 +110,7 @@ _CALL_TOOL_FIELDS = (
 
 
 def new_call(tool: Tool, decision: Decision, requester: Requester, arguments: Any, now: datetime) -> dict[str, Any]:
-    """The row of a new call of `tool` as `decision` leaves it (its arguments as stored)."""
-    arguments = storable(arguments)
+    """The row of a new call of `tool` as `decision` leaves it (`arguments` as stored: `storable`)."""
     return life.new_fields(tool, decision, requester, arguments, argument_digest(arguments), now)
 
 
@@ -128,14 +127,15 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
         tool = None
     if tool is None or (requester.agent is not None and not requester.agent.may_use(tool.server.name)):
         raise CallError(f"no tool named {tool_name!r}", status=404)
+    # Checked, kept and sent as the ledger can keep them (a NaN is null, a NUL goes).
+    arguments = storable(arguments)
     errors = validate_arguments(tool.input_schema, arguments)
     if errors:
         first = errors[0]
         where = f" at {first['path']}" if first["path"] else ""
         raise CallError(f"invalid arguments{where}: {first['message']}", errors=errors)
     decision = decide(tool)
-    call = life.open_call(new_call(tool, decision, requester, arguments, timezone.now()))
-    call.tool = tool  # the instance read here, with its server
+    call = life.open_call(new_call(tool, decision, requester, arguments, timezone.now()), tool=tool)
     if decision.kind == Call.RUN and run:
         run_now(call, tool)
     return call
@@ -189,8 +189,9 @@ def record_ran(
 
 
 def record_running(tool: Tool, decision: Decision, requester: Requester, arguments: Any, started_at: datetime) -> Call:
-    """A call the policy ran at once, still running (`life.finish` ends it)."""
-    return life.open_call(new_call(tool, decision, requester, arguments, started_at))
+    """A call the policy ran at once, still running (`life.finish` ends it), written a while
+    after it began."""
+    return life.open_call(new_call(tool, decision, requester, arguments, started_at), late=True)
 
 
 def _void_reason(call: Call, tool: Tool | None) -> str:

@@ -13,7 +13,8 @@ from            to
 =============== ===========================================================================
 (new)           waiting (a person must approve), queued (the outbox delivers it), running
                 (run at once), blocked (refused by the policy)
-waiting         queued (approved), denied, expired, blocked (approved, but void since)
+waiting         queued (approved), denied (or approved, but void since), expired,
+                blocked (approved, but the policy refuses it now)
 queued          running (a worker took it), failed (discarded)
 running         succeeded, failed, unknown (the outcome is not known), queued (a retry)
 failed          queued (redriven), failed (a dead letter discarded)
@@ -196,17 +197,32 @@ def _outcome_event(fields: dict[str, Any]) -> Event:
     return Event(kind, "", {"error": fields["error"]}, fields["finished_at"])
 
 
-def open_call(fields: dict[str, Any]) -> Call:
+def open_call(fields: dict[str, Any], *, tool: Any = None, late: bool = False) -> Call:
     """Write a new call (its row from `new_fields`) and its `created` event; a call made
-    `queued` goes to the outbox in the same transaction."""
+    `queued` goes to the outbox in the same transaction. `tool`: the row the call was
+    decided on, kept on the call (the outbox reads it). `late`: written a while after the
+    call began (see `_still_there`)."""
     check(NEW, fields["status"])
     with transaction.atomic(savepoint=False):
-        call = Call.objects.create(**_storable(fields))
+        call = Call.objects.create(**_storable(_still_there(fields) if late else fields))
+        if tool is not None and call.tool_id == tool.pk:
+            call.tool = tool
         _events([(call, _created(call))])
         if call.status == Call.QUEUED:
             deliver(call)
         _announce([call])
     return call
+
+
+def _still_there(fields: dict[str, Any]) -> dict[str, Any]:
+    """A call written after it began (when its server has answered) keeps no link to a tool
+    or an agent's token deleted in the meantime, as deleting it afterwards would leave it."""
+    gone: dict[str, None] = {}
+    for link in (Call.tool.field, Call.requester_agent.field):
+        pk = fields.get(link.attname)
+        if pk is not None and not link.related_model._default_manager.filter(pk=pk).exists():
+            gone[link.attname] = None
+    return {**fields, **gone}
 
 
 def _created(call: Call) -> Event:
@@ -217,11 +233,12 @@ def _created(call: Call) -> Event:
 
 def open_finished(fields: dict[str, Any], outcome: dict[str, Any]) -> Call:
     """Write a call the policy ran at once that has already finished (its row from
-    `new_fields`, then `outcome_fields`), with both its events, in one transaction."""
+    `new_fields`, then `outcome_fields`), with both its events, in one transaction; late, as
+    `open_call` says."""
     check(NEW, fields["status"])
     check(fields["status"], outcome["status"])
     with transaction.atomic(savepoint=False):
-        call = Call.objects.create(**_storable({**fields, **outcome}))
+        call = Call.objects.create(**_storable(_still_there({**fields, **outcome})))
         _events([(call, _created(call)), (call, _outcome_event(outcome))])
         _announce([call])
     return call

@@ -28,7 +28,7 @@ from hostapp.mcp.sanitize import (
     safe_icons,
 )
 
-from . import tool_rows
+from . import states, tool_rows
 from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool
 from .naming import expose_names
 
@@ -215,6 +215,7 @@ def import_servers(document: Any) -> ImportResult:
                 setattr(server, key, value)
             server.config_changed_at = timezone.now()
             server.save(update_fields=[*fields, "config_changed_at"])
+            states.config_changed(server)
             if trust_changed:
                 _reclassify(server)
             result.updated.append(config.name)
@@ -246,6 +247,8 @@ def save_server(server: Server, *, config_changed: bool, trust_changed: bool) ->
         if config_changed:
             server.config_changed_at = timezone.now()
         server.save()
+        if config_changed:
+            states.config_changed(server)
         if trust_changed:
             _reclassify(server)
         send_event_on_commit("server.changed", {"names": [server.name]})
@@ -256,6 +259,7 @@ def set_enabled(server: Server, enabled: bool) -> None:
         server.enabled = enabled
         server.config_changed_at = timezone.now()
         server.save(update_fields=["enabled", "config_changed_at"])
+        states.config_changed(server)
         send_event_on_commit("server.changed", {"names": [server.name]})
 
 

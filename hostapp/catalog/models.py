@@ -187,8 +187,8 @@ class Server(models.Model):
             status = None
         if status == "needs_authorization":
             return True
-        # A connect since the pool's last report outranks it; otherwise the pool's word.
-        return status != "connected" and self.state == "needs-authorization"
+        # A connect since the pools' last reports outranks them; otherwise any pool's word.
+        return status != "connected" and any(s.state == "needs-authorization" for s in self.process_states)
 
     @property
     def auth_stamp(self) -> str:
@@ -242,8 +242,9 @@ class ServerStateQuerySet(models.QuerySet["ServerState"]):
 class ServerState(models.Model):
     """What one process (web, a worker, a command) sees of one server: its connection's
     state, the last error and the server's stderr there (each process starts its own
-    stdio servers). Written by that process only, but for a person connecting the server,
-    which ends every process's wait for that (hostapp/catalog/states.py)."""
+    stdio servers). Written by that process only (hostapp/catalog/states.py), but for two
+    resets: a change of the server's configuration forgets them all, and a person connecting
+    the server ends every process's wait for that."""
 
     server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="states")
     process = models.ForeignKey(Process, on_delete=models.CASCADE, related_name="server_states")

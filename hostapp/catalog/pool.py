@@ -24,6 +24,7 @@ from django.conf import settings
 # Imported first so that its exit handler, registered on import, runs after `close_pool`
 # (registered with the first pool), which stores the last states: their live events leave.
 from hostapp.core import events as _live_events  # noqa: F401
+from hostapp.core import processes
 from hostapp.core.batching import Batcher, with_session
 from hostapp.mcp import McpFailure, Pool, PoolEvent, ServerConfig, ServerStatus
 from hostapp.oauth.store import auth_for
@@ -89,6 +90,8 @@ def close_pool() -> None:
         pool.close()
     # Its last events stored, the handler ends (and with it its database session).
     events.stop(5.0)
+    # Without a pool this process holds no connection: what it reported goes, with its row.
+    processes.unregister()
 
 
 def pool_for(server: Server) -> Pool:

@@ -29,7 +29,9 @@ def record_statuses(statuses: list[ServerStatus]) -> None:
     now = timezone.now()
     with transaction.atomic():
         process = processes.register()  # this process's row, seen now
-        ids = dict(Server.objects.filter(name__in=[s.name for s in statuses]).values_list("name", "pk"))
+        # Locked while the states are written: a server deleted meanwhile would fail the batch.
+        servers = Server.objects.select_for_update().filter(name__in=[s.name for s in statuses])
+        ids = dict(servers.values_list("name", "pk"))
         rows = [
             ServerState(
                 server_id=ids[status.name],
@@ -64,6 +66,12 @@ def record_statuses(statuses: list[ServerStatus]) -> None:
 def forget_server(name: str) -> None:
     """This process no longer runs the server (removed from its pool): its state goes."""
     ServerState.objects.filter(server__name=name, process__name=processes.name()).delete()
+
+
+def config_changed(server: Server) -> None:
+    """The server's configuration changed (enabled, disabled, edited): what each process saw
+    of the old one is gone. Each reports again when its pool picks the change up."""
+    ServerState.objects.filter(server=server).delete()
 
 
 def authorization_given(server: Server) -> None:

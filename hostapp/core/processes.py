@@ -1,9 +1,9 @@
 """This process as the database knows it: a `Process` row, refreshed while it lives.
 
-A process that holds connections to MCP servers (the pool makes it register) reports what
-it sees of each server as its own (`catalog.ServerState`, keyed by this row). A thread
-refreshes the row's `seen_at` every `BEAT` seconds; the row is deleted at a normal exit,
-and with it what the process reported. A process killed outright leaves its row behind:
+A process that holds connections to MCP servers registers when it first stores what its
+pool sees of a server (`catalog.ServerState`, keyed by this row). A thread refreshes the
+row's `seen_at` every `BEAT` seconds; the row is deleted when the process closes its pool
+(at a normal exit too), and with it what the process reported. A process killed outright leaves its row behind:
 pages count it as gone once it has not been seen for `STALE` seconds, and the sweeper
 deletes it after `FORGET` (`forget_gone`).
 
@@ -20,7 +20,7 @@ import socket
 import threading
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from .identity import name, role
@@ -40,20 +40,19 @@ _registered = False
 
 
 def register() -> Process:
-    """This process's row, written (or refreshed) now; the heartbeat starts with the first."""
+    """This process's row, written (or refreshed) now; the heartbeat starts with the first.
+
+    The first time in a process, a row of the same name is another, older process's (a
+    container restarted with its hostname and pid 1, say): it goes, with what it reported."""
     global _registered
     now = timezone.now()
-    process, _ = Process.objects.update_or_create(
-        name=name(),
-        defaults={"role": role(), "hostname": socket.gethostname(), "pid": os.getpid(), "seen_at": now},
-        create_defaults={
-            "role": role(),
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-            "started_at": now,
-            "seen_at": now,
-        },
-    )
+    fields = {"role": role(), "hostname": socket.gethostname(), "pid": os.getpid(), "seen_at": now}
+    with transaction.atomic():
+        if not _registered:
+            Process.objects.filter(name=name()).delete()
+        process, _ = Process.objects.update_or_create(
+            name=name(), defaults=fields, create_defaults={**fields, "started_at": now}
+        )
     _registered = True
     _start_heartbeat()
     return process

@@ -49,6 +49,7 @@ from hostapp.calls.policy import Decision
 from hostapp.catalog.actions import applied_annotations
 from hostapp.catalog.models import Tool
 from hostapp.catalog.pool import current_pool
+from hostapp.core.jsonvalues import storable
 from hostapp.mcp import McpFailure, Pool, errors, result_failure
 
 logger = logging.getLogger(__name__)
@@ -344,7 +345,8 @@ class Gateway:
         agent = _agent(ctx)
         self._remember(ctx)
         name = params.name
-        arguments = params.arguments or {}
+        # Checked, sent and kept as the ledger can keep them (`calls.actions.start_call` too).
+        arguments = storable(params.arguments or {})
         if name == STATUS_TOOL:
             return await self._status(agent, arguments)
         entries = await self.catalog.entries()
@@ -413,6 +415,7 @@ class Gateway:
             self._record_cancelled(route, requester, arguments, started_at, time.perf_counter() - started, running)
             raise
         except Exception:  # the running row could not be written: no call goes on off the record
+            logger.exception("a read-only call to %s was given up: it could not be recorded", tool.exposed_name)
             upstream.cancel()
             raise
         seconds = time.perf_counter() - started
@@ -453,7 +456,13 @@ class Gateway:
 
         task = asyncio.ensure_future(record())
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._recorded)
+
+    def _recorded(self, task: asyncio.Future[Any]) -> None:
+        """A row written in the background: what was lost, if it could not be, is logged."""
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a call the agent gave up on is not on record", exc_info=task.exception())
 
     async def _await(self, ctx: Any, call: Call) -> types.CallToolResult:
         started = time.monotonic()

@@ -10,7 +10,7 @@ from django.apps import apps
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 from django.db import transaction
 
-from hostapp.catalog.models import Server
+from hostapp.catalog.models import Server, live_states
 from hostapp.core import crypto
 
 from . import flows
@@ -81,7 +81,10 @@ def cmd_rotate(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) 
 def cmd_auth_list(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
     rows = []
     credentials = {c.server_id: c for c in Credential.objects.all()}
-    for server in Server.objects.exclude(transport=Server.STDIO).order_by("name"):
+    servers = (
+        Server.objects.exclude(transport=Server.STDIO).select_related("credential").prefetch_related(live_states())
+    )
+    for server in servers.order_by("name"):
         c = credentials.get(server.pk)
         rows.append(
             {

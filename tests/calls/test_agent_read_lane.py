@@ -89,9 +89,10 @@ class Agent:
         params = types.CallToolRequestParams(name=name, arguments=arguments or {})
         return await self.gateway.call_tool(self.ctx, params)
 
-    def fast(self, name: str) -> bool:
-        """Whether the next call of `name` goes to the server before its row is written."""
-        return self.gateway.routes.get(name) is not None
+    def fast(self, name: str, arguments: dict[str, Any]) -> bool:
+        """Whether the next call of `name` with `arguments` goes to the server before its row
+        is written (the endpoint's decision cache holds its tool and the pool runs it)."""
+        return self.gateway._fresh_route(name, arguments) is not None
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def _text(result: types.CallToolResult) -> str:
 
 def test_a_read_only_call_is_recorded_the_same_whether_it_reads_the_policy_or_not(agent: Agent) -> None:
     first = agent.call("mailbox__read", {"message_id": "msg-0001"})  # reads the policy, writes first
-    assert agent.fast("mailbox__read")
+    assert agent.fast("mailbox__read", {"message_id": "msg-0001"})
     second = agent.call("mailbox__read", {"message_id": "msg-0001"})  # straight to the server
     assert not first.is_error and not second.is_error
     assert first.model_dump() == second.model_dump()
@@ -132,6 +133,7 @@ def test_the_row_is_committed_before_the_agent_hears_the_answer(agent: Agent) ->
     """The row is read from another connection (a thread of its own) the moment the
     handler returns: nothing is left to write after the answer."""
     agent.call("mailbox__read", {"message_id": "msg-0001"})
+    assert agent.fast("mailbox__read", {"message_id": "msg-0002"})
 
     async def answer_then_look() -> tuple[types.CallToolResult, list[str]]:
         result = await agent.acall("mailbox__read", {"message_id": "msg-0002"})
@@ -147,12 +149,27 @@ def test_the_row_is_committed_before_the_agent_hears_the_answer(agent: Agent) ->
 
 def test_a_tool_error_is_recorded_like_the_server_said_it(agent: Agent) -> None:
     agent.call("mailbox__read", {"message_id": "msg-0001"})
+    assert agent.fast("mailbox__read", {"message_id": "no-such-message"})
     result = agent.call("mailbox__read", {"message_id": "no-such-message"})
     assert result.is_error
     call = Call.objects.latest("pk")
     assert call.status == Call.FAILED and call.is_error and call.result is not None
     assert call.result.get("isError") is True
     assert [e.kind for e in call.events.order_by("pk")] == ["created", "failed"]
+
+
+def test_a_call_written_after_its_tool_was_deleted_is_on_record_without_the_link(agent: Agent) -> None:
+    """A refresh removed the tool while its call was at the server (the endpoint had not
+    heard of it yet): the call is on record all the same, as deleting the tool afterwards
+    would leave it."""
+    agent.call("mailbox__read", {"message_id": "msg-0001"})
+    assert agent.fast("mailbox__read", {"message_id": "msg-0001"})
+    Tool.objects.filter(exposed_name="mailbox__read").delete()
+
+    assert not agent.call("mailbox__read", {"message_id": "msg-0001"}).is_error
+
+    call = Call.objects.latest("pk")
+    assert (call.status, call.tool_id, call.tool_name) == (Call.SUCCEEDED, None, "mailbox__read")
 
 
 def test_arguments_the_schema_refuses_get_the_same_answer_as_ever(agent: Agent) -> None:
@@ -191,7 +208,7 @@ def test_a_catalog_change_sends_the_next_call_through_the_database(agent: Agent)
     agent.call("mailbox__read", {"message_id": "msg-0001"})
     set_class_override(Tool.objects.select_related("server").get(exposed_name="mailbox__read"), DESTRUCTIVE)
     agent.loop.run_until_complete(agent.gateway.catalog_changed())  # what hearing catalog.changed does
-    assert not agent.fast("mailbox__read")
+    assert not agent.fast("mailbox__read", {"message_id": "msg-0001"})
     # Destructive now: the call waits for a person (the agent is told its number at once here).
     with override_settings(PATCHBAY_AGENT_APPROVAL_WAIT=0):
         result = agent.call("mailbox__read", {"message_id": "msg-0001"})
@@ -213,7 +230,7 @@ def slowpoke(transactional_db: None, tmp_path: Path, monkeypatch: Any) -> Iterat
             set_class_override(Tool.objects.select_related("server").get(exposed_name=name), READ_ONLY)
         agent = Agent()
         agent.call("slowpoke__slow", {"seconds": 0})  # the policy read, the row first
-        assert agent.fast("slowpoke__slow")
+        assert agent.fast("slowpoke__slow", {"seconds": 1})
         yield agent
     finally:
         if agent is not None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from hostapp.calls import actions, life
 from hostapp.calls.models import Call, CallEvent
@@ -104,7 +105,10 @@ def test_many_moves_are_one_update_and_all_or_nothing(ops: Any) -> None:
         life.apply([life.Move(c, Call.EXPIRED, {}, life.Event("expired")) for c in [calls[0], calls[1], stale]])
 
     assert [Call.objects.get(pk=c.pk).status for c in calls] == [Call.WAITING, Call.WAITING, Call.DENIED]
-    life.apply([life.Move(c, Call.EXPIRED, {"denial_reason": f"late {i}"}) for i, c in enumerate(calls[:2])])
+    with CaptureQueriesContext(connection) as queries:
+        life.apply([life.Move(c, Call.EXPIRED, {"denial_reason": f"late {i}"}) for i, c in enumerate(calls[:2])])
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1 and "CASE" in updates[0]
     assert [(c.status, c.denial_reason) for c in Call.objects.filter(pk__in=[calls[0].pk, calls[1].pk])] == [
         (Call.EXPIRED, "late 1"),
         (Call.EXPIRED, "late 0"),

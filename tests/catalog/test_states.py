@@ -19,6 +19,7 @@ from django.test import Client
 from django.utils import timezone
 
 from hostapp.catalog import states
+from hostapp.catalog.actions import set_enabled
 from hostapp.catalog.models import Server, ServerState
 from hostapp.catalog.pool import close_pool, refresh_server
 from hostapp.core import identity, processes
@@ -97,6 +98,29 @@ def test_a_process_not_seen_lately_is_left_out_and_forgotten_later(as_process: A
     Process.objects.filter(pk=worker.pk).update(seen_at=timezone.now() - processes.FORGET - timedelta(seconds=1))
     assert processes.forget_gone() == 1
     assert list(ServerState.objects.values_list("process__role", flat=True)) == ["web"]
+
+
+@pytest.mark.django_db
+def test_a_changed_configuration_forgets_what_every_process_saw_of_the_old_one(as_process: Any) -> None:
+    server = make_server("files")
+    as_process("web", "files", "failing")
+    as_process("worker", "files", "disabled")
+
+    set_enabled(server, False)
+    assert not ServerState.objects.exists()
+    assert Server.objects.get(name="files").state == "disabled"
+    as_process("worker", "files", "disabled")
+    set_enabled(server, True)  # no process's "disabled" outlives the switch
+    assert Server.objects.get(name="files").state == "idle"
+
+
+@pytest.mark.django_db
+def test_a_server_waits_for_a_person_if_any_process_says_so(as_process: Any) -> None:
+    make_server("notes", transport=Server.HTTP, command="", url="https://notes.example/mcp")
+    as_process("web", "notes", "needs-authorization")
+    as_process("worker", "notes", "crash-looping")
+    server = Server.objects.get(name="notes")
+    assert server.state == "crash-looping" and server.needs_authorization
 
 
 @pytest.mark.django_db

@@ -12,9 +12,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from hostapp.catalog import actions
-from hostapp.catalog.models import READ_ONLY, Server, Tool
+from hostapp.catalog.models import READ_ONLY, Server, ServerState, Tool
+from hostapp.core import identity
+from hostapp.core.models import Process
 
 from .conftest import listed, make_server, tool_def
 
@@ -370,7 +373,8 @@ def test_it_shows_only_safe_icons(plain_client: Client) -> None:
 
 
 def populate(names: list[str], tools_each: int) -> None:
-    """Servers with tools of every class and status; the second server is stale."""
+    """Servers with tools of every class and status; the second server is stale. Each is
+    seen by two processes, a web process and a worker, which disagree about it."""
     for i, name in enumerate(names):
         definitions = [
             tool_def(f"t{j}", f"Tool {j}", annotations={"readOnlyHint": j % 2 == 0}, title=f"T{j}")
@@ -379,6 +383,18 @@ def populate(names: list[str], tools_each: int) -> None:
         server = listed(make_server(name, trusted=i % 2 == 0), *definitions)
         if i == 1:
             actions.mark_refresh_failed(server, "it fell over")
+        for role, state in ((identity.WEB, "ready"), (identity.WORKER, "failing")):
+            process, _ = Process.objects.get_or_create(
+                name=f"{role}@test:1",
+                defaults={
+                    "role": role,
+                    "hostname": "test",
+                    "pid": 1,
+                    "started_at": timezone.now(),
+                    "seen_at": timezone.now(),
+                },
+            )
+            ServerState.objects.create(server=server, process=process, state=state, state_at=timezone.now())
 
 
 def queries_for(client: Client, url: str) -> int:

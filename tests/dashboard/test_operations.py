@@ -13,8 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hostapp.calls.models import Call
 from hostapp.calls.tasks import prune
+from hostapp.catalog import states
+from hostapp.catalog.models import Server
+from hostapp.core import identity
 from hostapp.core.logs import JsonFormatter
 from hostapp.core.models import WorkerHeartbeat
+from hostapp.mcp import ServerStatus
 from hostapp.outbox.models import Action
 
 
@@ -61,6 +65,18 @@ def test_metrics_need_a_staff_session_or_the_token(client: Client, admin_client:
     assert samples[("patchbay_approval_wait_seconds_count", (("decision", "denied"),))] == 1
     assert samples[("patchbay_approval_wait_seconds_bucket", (("decision", "denied"), ("le", "+Inf")))] == 1
     assert admin_client.get("/metrics").status_code == 200
+    # Each server's state summed up, each process's own, and the processes alive by role.
+    server = Server.objects.create(name="files", command="true")
+    identity.set_role(identity.WORKER)
+    try:
+        states.record_statuses([ServerStatus(name="files", state="failing", transport="stdio", enabled=True)])
+    finally:
+        identity.set_role(identity.COMMAND)
+    samples = _samples(admin_client.get("/metrics").content.decode())
+    assert samples[("patchbay_server_state", (("server", "files"), ("state", "failing")))] == 1
+    worker = next(labels for name, labels in samples if name == "patchbay_server_process_state")
+    assert dict(worker)["role"] == "worker" and dict(worker)["state"] == "failing" and server.name == "files"
+    assert samples[("patchbay_processes", (("role", "worker"),))] == 1
     # This process's own latency histogram counts the scrapes it served.
     samples = _samples(admin_client.get("/metrics").content.decode())
     served = [v for (name, labels), v in samples.items() if name == "patchbay_http_request_duration_seconds_count"]
