@@ -34,7 +34,7 @@ def admin_client(admin_user: User) -> Client:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_channel_layer() -> Iterator[None]:
+def _fresh_channel_layer(request: pytest.FixtureRequest) -> Iterator[None]:
     """Each test gets its own channel layer. The layer keeps asyncio locks and buffers made on
     the event loop that first used it; a consumer cancelled mid-receive in one test (each
     async test has its own loop) can leave the receive lock held and bound to a closed
@@ -43,9 +43,10 @@ def _fresh_channel_layer() -> Iterator[None]:
     The events a test queued leave before the next test starts (they are sent in batches)."""
     yield
     from channels.layers import channel_layers
+    from pytest_django.plugin import blocking_manager_key
 
     from hostapp.catalog import pool as catalog_pool
-    from hostapp.core import events
+    from hostapp.core import events, processes
     from hostapp.oauth import store
 
     # The pool events' handler and the credential reader keep a database session (until
@@ -53,6 +54,11 @@ def _fresh_channel_layer() -> Iterator[None]:
     catalog_pool.events.stop(timeout=5.0)
     store.reader.stop(timeout=5.0)
     events.flush(timeout=2.0)
+    # A test whose pool stored states registered this process: its row and heartbeat go
+    # with the test (the next one may not have the database).
+    if processes.registered():
+        with request.config.stash[blocking_manager_key].unblock():
+            processes.unregister()
 
     channel_layers.backends.clear()
 

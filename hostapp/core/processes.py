@@ -58,6 +58,11 @@ def register() -> Process:
     return process
 
 
+def registered() -> bool:
+    """Whether this process has its row (it stored what its pool saw, and has not closed it)."""
+    return _registered
+
+
 def _start_heartbeat() -> None:
     global _thread, _unregister_at_exit
     with _lock:

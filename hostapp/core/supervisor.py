@@ -41,6 +41,8 @@ LIFELINE = str(Path(__file__).with_name("lifeline.py"))
 
 # How long a child stuck in its stop gets to write its threads' stacks before SIGKILL.
 STACKS_WAIT = 1.0
+# How often `watch` looks at its children (and at what the signal handlers noted).
+TICK = 0.2
 # The signal on which the host's own processes write their threads' stacks (SIGUSR1 is
 # Celery's for the same purpose, in Python code; this one is answered by the interpreter
 # itself, even while a thread holds the GIL).
@@ -99,8 +101,12 @@ class Supervisor:
         self.out = out or sys.stdout
         self.colour = self.out.isatty() if colour is None else colour
         self.children: list[_Child] = []
-        self._stop = threading.Event()
-        self._orphan_ended = threading.Event()  # set on SIGCHLD (`install_signal_handlers`)
+        self._stop = threading.Event()  # `request_stop`, from any thread
+        # Set by the signal handlers (`install_signal_handlers`). Plain flags: a handler runs
+        # in the main thread between two of its bytecodes, and taking a lock there (an Event's)
+        # that the interrupted code holds would wait for ever.
+        self._signalled = False
+        self._orphan_ended = False
         self._out_lock = threading.Lock()
         self.exit_code = 0
 
@@ -148,24 +154,33 @@ class Supervisor:
         return proc
 
     def install_signal_handlers(self) -> None:
-        def handler(signum: int, frame: object) -> None:
-            self._stop.set()
+        def stop(signum: int, frame: object) -> None:
+            self._signalled = True
 
-        signal.signal(signal.SIGINT, handler)
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGHUP, handler)
+        def orphan_ended(signum: int, frame: object) -> None:
+            self._orphan_ended = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGHUP, stop)
         # A process below us ended: if it is an orphan (a child's warden, an MCP server a
         # crashed child left), `watch` reaps it; our own children are waited for as usual.
-        signal.signal(signal.SIGCHLD, lambda signum, frame: self._orphan_ended.set())
+        signal.signal(signal.SIGCHLD, orphan_ended)
 
     def request_stop(self) -> None:
         self._stop.set()
 
+    def _stopping(self) -> bool:
+        return self._signalled or self._stop.is_set()
+
     def watch(self, on_tick: Callable[[], None] | None = None) -> None:
-        """Restart children that exit until a stop is requested."""
-        while not self._stop.wait(0.2):
-            if self._orphan_ended.is_set():
-                self._orphan_ended.clear()
+        """Restart children that exit until a stop is requested (a signal: within a tick)."""
+        while not self._stopping():
+            self._stop.wait(TICK)  # from another thread at once; a signal's flag at the next tick
+            if self._stopping():
+                break
+            if self._orphan_ended:
+                self._orphan_ended = False
                 self._reap_orphans()
             now = time.monotonic()
             for child in self.children:
