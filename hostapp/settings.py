@@ -301,6 +301,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Tasks are small and cheap to redo: the database is the truth, Redis only wakes workers.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# One beat sends the schedule: the one that holds a lock in Redis (hostapp/core/beat.py).
+CELERY_BEAT_SCHEDULER = "hostapp.core.beat:SingleBeatScheduler"
+# How long a beat that died holds the lock at most (another beat takes over then).
+PATCHBAY_BEAT_LOCK_TTL = env_int("PATCHBAY_BEAT_LOCK_TTL", 30, minimum=3)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "worker-heartbeat": {"task": "hostapp.core.tasks.heartbeat", "schedule": 15.0},
     "forget-processes": {"task": "hostapp.core.tasks.forget_processes", "schedule": 60.0},

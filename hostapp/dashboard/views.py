@@ -21,7 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from hostapp.calls.models import Call
 from hostapp.catalog.models import Server, live_states
-from hostapp.core.models import WorkerHeartbeat
+from hostapp.core import processes
+from hostapp.core.models import Process, WorkerHeartbeat
 from hostapp.outbox.models import Action, Attempt
 
 from . import metrics as prometheus
@@ -88,7 +89,9 @@ def home(request: HttpRequest) -> HttpResponse:
     states = Counter(s.state for s in Server.objects.only("pk", "enabled").prefetch_related(live_states()))
     outbox = dict.fromkeys((s for s, _ in Action.STATUSES), 0)
     outbox.update(Action.objects.values("status").annotate(n=Count("id")).values_list("status", "n"))
+    alive = Process.objects.filter(seen_at__gte=processes.alive_since()).values_list("role", flat=True)
     context = {
+        "processes": sorted(Counter(alive).items()),
         "workers": workers,
         "live_workers": sum(1 for w in workers if w.seen_at >= cutoff),
         "server_states": sorted(states.items()),

@@ -17,7 +17,7 @@ from hostapp.catalog import states
 from hostapp.catalog.models import Server
 from hostapp.core import identity
 from hostapp.core.logs import JsonFormatter
-from hostapp.core.models import WorkerHeartbeat
+from hostapp.core.models import Process, WorkerHeartbeat
 from hostapp.mcp import ServerStatus
 from hostapp.outbox.models import Action
 
@@ -130,3 +130,16 @@ def test_the_home_page_shows_the_host_at_a_glance(admin_client: Client) -> None:
     assert "succeeded (1)" in body
     fragment = admin_client.get("/?fragment=1").content.decode()
     assert "<polyline" in fragment and "<html" not in fragment
+    assert "home-processes" not in fragment  # no process holds a connection yet
+
+
+@pytest.mark.django_db
+def test_the_home_page_counts_the_processes_alive_by_role(admin_client: Client) -> None:
+    now = timezone.now()
+    for name, role, seen in (("web@a:1", "web", now), ("web@b:1", "web", now), ("worker@a:2", "worker", now)):
+        Process.objects.create(name=name, role=role, hostname="a", pid=1, started_at=now, seen_at=seen)
+    Process.objects.create(
+        name="worker@gone:3", role="worker", hostname="gone", pid=3, started_at=now, seen_at=now - timedelta(hours=1)
+    )
+    body = admin_client.get("/").content.decode()
+    assert "Processes holding server connections: 2 web · 1 worker<" in body
