@@ -25,9 +25,13 @@ from .batching import Batcher
 # Every open page listens on this group (hostapp/dashboard/consumers.py).
 LIVE_GROUP = "live"
 # Catalog and policy changes also go to this group, for listeners (the agents' endpoint)
-# that need only them, not every call's update.
+# that need only them, not every page's update.
 CATALOG_GROUP = "catalog"
 CATALOG_KINDS = ("catalog.changed", "server.changed", "policy.changed")
+# And calls' moves to this one: the agents' endpoint of every web process wakes the agents
+# that wait for a call (an approval given through another process, a delivery in a worker).
+CALLS_GROUP = "calls"
+CALLS_KINDS = ("call.changed",)
 
 logger = logging.getLogger(__name__)
 
@@ -90,13 +94,15 @@ class _Publisher:
 
 
 async def _publish(layer: Any, batch: list[Item]) -> None:
-    """One message to the pages for the whole batch; its catalog changes in one more to
-    their own group (a hundred servers connecting at once are one message, not a hundred)."""
+    """One message to the pages for the whole batch; its catalog changes, and its calls'
+    moves, in one more each to their own group (a hundred servers connecting at once are one
+    message, not a hundred)."""
     events = [{"kind": kind, "data": data} for kind, data in batch]
     await layer.group_send(LIVE_GROUP, {"type": "live.events", "events": events})
-    catalog = [event for event in events if event["kind"] in CATALOG_KINDS]
-    if catalog:
-        await layer.group_send(CATALOG_GROUP, {"type": "live.events", "events": catalog})
+    for group, kinds in ((CATALOG_GROUP, CATALOG_KINDS), (CALLS_GROUP, CALLS_KINDS)):
+        chosen = [event for event in events if event["kind"] in kinds]
+        if chosen:
+            await layer.group_send(group, {"type": "live.events", "events": chosen})
 
 
 _sender: Batcher[Item] = Batcher("live-events", _Publisher(), window=lambda: BATCH_WINDOW, limit=BATCH_MAX)

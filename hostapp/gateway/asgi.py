@@ -13,7 +13,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 
-from hostapp.core.events import CATALOG_GROUP
+from hostapp.core.events import CALLS_GROUP, CATALOG_GROUP
 
 from .models import hash_token
 from .server import AGENT_SCOPE_KEY, AgentInfo, Gateway, current_agent
@@ -123,25 +123,30 @@ class GatewayApp:
             await self._follow_catalog()
 
     async def _follow_catalog(self) -> None:
-        """Hear catalog changes (from any process) on the channel layer; tell the agents."""
+        """Hear catalog changes and calls' moves (from any process) on the channel layer:
+        tell the agents of the catalog, wake those that wait for a call."""
         delay = 1.0
         while True:
             layer = get_channel_layer()
             try:
                 channel = await layer.new_channel()
                 await layer.group_add(CATALOG_GROUP, channel)
+                await layer.group_add(CALLS_GROUP, channel)
                 delay = 1.0
                 while True:
                     message = await layer.receive(channel)
                     # A batch of events (`hostapp.core.events`), acted on once per kind.
-                    kinds = {event.get("kind") for event in message.get("events", ())}
+                    batch = message.get("events", ())
+                    kinds = {event.get("kind") for event in batch}
+                    if "call.changed" in kinds:
+                        self.gateway.calls_moved(batch)
                     if "policy.changed" in kinds:
                         self.gateway.forget_routes()
                     if kinds & {"catalog.changed", "server.changed"}:
                         await self.gateway.catalog_changed()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # boundary: without Redis, the cache's TTL still catches up
+            except Exception as exc:  # boundary: without Redis, the cache's TTL and the waits' own checks catch up
                 logger.warning("the agents' endpoint lost the channel layer (%s); retrying in %.0fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)

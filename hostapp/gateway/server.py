@@ -25,6 +25,7 @@ tool and the rules and writes its row before anything is sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -62,6 +63,8 @@ current_agent: ContextVar[AgentInfo | None] = ContextVar("patchbay_agent", defau
 # How long the in-memory tool list is trusted without a change event (a safety net).
 CATALOG_TTL = 30.0
 PROGRESS_EVERY = 5.0
+# A waiting agent's call is read again this often even without a move heard (a lost event).
+RECHECK = 2.0
 # How long what the policy decided for a read-only tool (read with a call) lets later calls
 # of it go to the server without reading the tool and the rules again. A catalog change forgets it at once;
 # this bounds how long a rule or a tool change can take to apply when no change event
@@ -272,6 +275,8 @@ class Gateway:
         self.routes: dict[str, Route] = {}
         self._routes_generation = 0
         self._background: set[asyncio.Future[Any]] = set()
+        # Agents waiting for calls, by call id: `calls_moved` wakes them.
+        self._waiting: dict[int, set[asyncio.Event]] = {}
         self.server: Server[Any] = Server(
             "patchbay",
             version="0.1.0",
@@ -464,7 +469,20 @@ class Gateway:
         if not task.cancelled() and task.exception() is not None:
             logger.error("a call the agent gave up on is not on record", exc_info=task.exception())
 
+    def calls_moved(self, events: Any) -> None:
+        """Calls moved somewhere (any process: `call.changed` from the channel layer): wake
+        the agents that wait for them."""
+        for event in events:
+            data = event.get("data") or {}
+            ids = data.get("ids") or ([data["id"]] if "id" in data else [])
+            for call_id in ids:
+                for moved in self._waiting.get(call_id, ()):
+                    moved.set()
+
     async def _await(self, ctx: Any, call: Call) -> types.CallToolResult:
+        """Wait for the call to finish, up to the limit, telling the agent how it goes. Woken
+        by its moves (`calls_moved`); read again at least every `RECHECK` in any case (a move
+        whose event was lost: Redis down)."""
         started = time.monotonic()
         limit = (
             settings.PATCHBAY_AGENT_APPROVAL_WAIT if call.status == Call.WAITING else settings.PATCHBAY_AGENT_WRITE_WAIT
@@ -472,21 +490,34 @@ class Gateway:
         last_progress = 0.0
         ticks = 0
         status = call.status
-        while call.status in (Call.WAITING, Call.QUEUED, Call.RUNNING):
-            now = time.monotonic()
-            if now - started >= limit:
-                break
-            if now - last_progress >= PROGRESS_EVERY:
-                ticks += 1
-                what = "waiting for a person's approval" if call.status == Call.WAITING else "being delivered"
-                await ctx.session.report_progress(ticks, None, f"Call #{call.pk} is {what}")
-                last_progress = now
-            await asyncio.sleep(0.2)
-            call = await sync_to_async(Call.objects.get, thread_sensitive=False)(pk=call.pk)
-            if status == Call.WAITING and call.status != Call.WAITING:
-                # Approved: the delivery gets its own time.
-                started, limit = time.monotonic(), settings.PATCHBAY_AGENT_WRITE_WAIT
-            status = call.status
+        moved = asyncio.Event()
+        self._waiting.setdefault(call.pk, set()).add(moved)
+        moved.set()  # read it again at once: it may have moved before this wait was heard of
+        try:
+            while call.status in (Call.WAITING, Call.QUEUED, Call.RUNNING):
+                now = time.monotonic()
+                if now - started >= limit:
+                    break
+                if now - last_progress >= PROGRESS_EVERY:
+                    ticks += 1
+                    what = "waiting for a person's approval" if call.status == Call.WAITING else "being delivered"
+                    await ctx.session.report_progress(ticks, None, f"Call #{call.pk} is {what}")
+                    last_progress = now
+                wake = min(RECHECK, PROGRESS_EVERY - (now - last_progress), limit - (now - started))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(moved.wait(), timeout=max(0.0, wake))
+                moved.clear()
+                call = await sync_to_async(Call.objects.get, thread_sensitive=False)(pk=call.pk)
+                if status == Call.WAITING and call.status != Call.WAITING:
+                    # Approved: the delivery gets its own time.
+                    started, limit = time.monotonic(), settings.PATCHBAY_AGENT_WRITE_WAIT
+                status = call.status
+        finally:
+            waiters = self._waiting.get(call.pk)
+            if waiters is not None:
+                waiters.discard(moved)
+                if not waiters:
+                    del self._waiting[call.pk]
         return result_for(call)
 
     async def _status(self, agent: AgentInfo, arguments: dict[str, Any]) -> types.CallToolResult:

@@ -69,10 +69,10 @@ def _call_fields(call: Any) -> dict[str, Any]:
 class Agent:
     """The endpoint's handler, called as the SDK calls it for one agent's requests."""
 
-    def __init__(self, name: str = "reader") -> None:
+    def __init__(self, name: str = "reader", gateway: Gateway | None = None) -> None:
         token, _ = create_token(name)
         self.pk = token.pk
-        self.gateway = Gateway()
+        self.gateway = gateway or Gateway()
         info = AgentInfo(token.pk, name, ())
         request = SimpleNamespace(scope={AGENT_SCOPE_KEY: info}, headers={})
         self.ctx = SimpleNamespace(request=request, protocol_version="2026-07-28", session=None)
