@@ -24,10 +24,10 @@ from .batching import Batcher
 
 # Every open page listens on this group (hostapp/dashboard/consumers.py).
 LIVE_GROUP = "live"
-# Catalog and policy changes also go to this group, for listeners (the agents' endpoint)
-# that need only them, not every page's update.
+# Catalog, policy and token changes also go to this group, for listeners (the agents'
+# endpoint) that need only them, not every page's update.
 CATALOG_GROUP = "catalog"
-CATALOG_KINDS = ("catalog.changed", "server.changed", "policy.changed")
+CATALOG_KINDS = ("catalog.changed", "server.changed", "policy.changed", "token.changed")
 # And calls' moves to this one: the agents' endpoint of every web process wakes the agents
 # that wait for a call (an approval given through another process, a delivery in a worker).
 CALLS_GROUP = "calls"

@@ -71,7 +71,8 @@ async def _respond(send: Any, status: int, body: dict[str, Any], headers: list[t
 
 
 # Token checks are cached briefly (by the token's hash): one database read per agent per
-# few seconds, not per request. A revocation takes effect within this time.
+# few seconds, not per request. A revocation is heard at once (`token.changed`); without
+# the channel layer it takes effect within this time.
 TOKEN_CACHE_SECONDS = 5.0
 _token_cache: dict[str, tuple[float, AgentInfo | None]] = {}
 
@@ -142,6 +143,8 @@ class GatewayApp:
                         self.gateway.calls_moved(batch)
                     if "policy.changed" in kinds:
                         self.gateway.forget_routes()
+                    if "token.changed" in kinds:
+                        _token_cache.clear()  # a revoked token is refused at once, not within the TTL
                     if kinds & {"catalog.changed", "server.changed"}:
                         await self.gateway.catalog_changed()
             except asyncio.CancelledError:

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from hostapp.catalog.models import Server
+from hostapp.core.events import send_event_on_commit
 
 from .models import TOKEN_PREFIX, AgentToken, hash_token
 
@@ -47,6 +48,8 @@ def revoke_token(name: str) -> AgentToken:
             raise TokenError(f"no active token named {name!r}")
         agent.revoked_at = timezone.now()
         agent.save(update_fields=["revoked_at"])
+        # Every web process forgets the tokens it checked lately (hostapp/gateway/asgi.py).
+        send_event_on_commit("token.changed", {"name": agent.name})
     return agent
 
 
