@@ -19,6 +19,7 @@ import os
 import socket
 import threading
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
@@ -42,20 +43,26 @@ _registered = False
 def register() -> Process:
     """This process's row, written (or refreshed) now; the heartbeat starts with the first.
 
-    The first time in a process, a row of the same name is another, older process's (a
-    container restarted with its hostname and pid 1, say): it goes, with what it reported."""
+    The first time in a process, a row of the same host and pid is another, older process's
+    (a container restarted with its hostname and pid 1, say): it goes, with what it reported."""
     global _registered
     now = timezone.now()
     fields = {"role": role(), "hostname": socket.gethostname(), "pid": os.getpid(), "seen_at": now}
     with transaction.atomic():
         if not _registered:
-            Process.objects.filter(name=name()).delete()
+            _mine().delete()
         process, _ = Process.objects.update_or_create(
             name=name(), defaults=fields, create_defaults={**fields, "started_at": now}
         )
     _registered = True
     _start_heartbeat()
     return process
+
+
+def _mine() -> Any:
+    """The rows of this process: of its host and pid, whatever role it had when it wrote
+    them (an older process's with that pid is a dead one's)."""
+    return Process.objects.filter(hostname=socket.gethostname(), pid=os.getpid())
 
 
 def registered() -> bool:
@@ -98,7 +105,7 @@ def unregister() -> None:
         return
     _registered = False
     try:
-        Process.objects.filter(name=name()).delete()
+        _mine().delete()
     except DatabaseError as exc:  # boundary: at exit (the database may be gone); the sweeper forgets it
         logger.debug("this process's row was not deleted at exit: %s", exc)
 

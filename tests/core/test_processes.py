@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -95,7 +96,12 @@ def test_a_process_under_the_name_of_one_that_died_replaces_its_row() -> None:
     registration takes the name over, without the dead one's start or states."""
     long_ago = timezone.now() - timedelta(days=1)
     Process.objects.create(
-        name=identity.name(), role=identity.role(), hostname="x", pid=os.getpid(), started_at=long_ago, seen_at=long_ago
+        name=identity.name(),
+        role=identity.role(),
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=long_ago,
+        seen_at=long_ago,
     )
     processes.unregister()  # as a new process: not registered yet
     process = processes.register()
