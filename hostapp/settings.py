@@ -404,6 +404,10 @@ PATCHBAY_ALERT_WEBHOOK = env_str("PATCHBAY_ALERT_WEBHOOK")
 
 # The agents' endpoint: how long a write call is awaited, and a call waiting for a
 # person, before the agent gets "still running: ask for its status" instead.
+# A web process closes a server connection (stopping a stdio server) unused for this many
+# seconds; the next call opens it again. 0 keeps them open. Workers keep theirs (their
+# probes watch every server).
+PATCHBAY_IDLE_CLOSE = env_int("PATCHBAY_IDLE_CLOSE", 600, minimum=0)
 PATCHBAY_AGENT_WRITE_WAIT = env_int("PATCHBAY_AGENT_WRITE_WAIT", 30, minimum=0)
 PATCHBAY_AGENT_APPROVAL_WAIT = env_int("PATCHBAY_AGENT_APPROVAL_WAIT", 120, minimum=0)
 # Origins allowed to call /mcp from a browser, besides the hosts of ALLOWED_HOSTS.

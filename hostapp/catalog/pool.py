@@ -24,9 +24,9 @@ from django.conf import settings
 # Imported first so that its exit handler, registered on import, runs after `close_pool`
 # (registered with the first pool), which stores the last states: their live events leave.
 from hostapp.core import events as _live_events  # noqa: F401
-from hostapp.core import processes
+from hostapp.core import identity, processes
 from hostapp.core.batching import Batcher, with_session
-from hostapp.mcp import McpFailure, Pool, PoolEvent, ServerConfig, ServerStatus
+from hostapp.mcp import McpFailure, Pool, PoolEvent, PoolPolicy, ServerConfig, ServerStatus
 from hostapp.oauth.store import auth_for
 
 from .actions import RefreshResult, mark_refresh_failed, record_tools
@@ -49,12 +49,19 @@ def _prefer_our_python() -> None:
         os.environ["PATH"] = bindir + os.pathsep + path
 
 
+def _policy() -> PoolPolicy:
+    """A web process lets go of connections it has not used for PATCHBAY_IDLE_CLOSE seconds:
+    it needs a server only while people or agents call it. A worker keeps them (it probes)."""
+    idle = settings.PATCHBAY_IDLE_CLOSE
+    return PoolPolicy(idle_close=float(idle) if idle and identity.role() == identity.WEB else None)
+
+
 def get_pool() -> Pool:
     global _pool
     with _lock:
         if _pool is None:
             _prefer_our_python()
-            _pool = Pool(listener=_on_event, auth_factory=auth_for)
+            _pool = Pool(policy=_policy(), listener=_on_event, auth_factory=auth_for)
             atexit.register(close_pool)
         return _pool
 

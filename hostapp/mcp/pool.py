@@ -11,7 +11,8 @@ backoff and full jitter), and opens a circuit when it keeps dying: the server is
 "crash-looping" and calls fail fast until a cool-down has passed. The state it reports:
 
 ========== ==============================================================
-idle        configured, not connected yet (connections are made lazily)
+idle        configured, not connected (connections are made lazily, and closed again
+            after `idle_close` seconds without a request when the policy sets it)
 connecting  starting the server / handshaking
 ready       connected, the last probe or request went well
 degraded    connected, but the last probe failed or was slow, recent requests
@@ -76,6 +77,10 @@ class PoolPolicy:
     # A server that needs authorization is tried again this often (a person may have
     # connected it from another process).
     authorization_retry: float = 300.0
+    # A connection with no tool call or listing for this long is closed (the server stops,
+    # for stdio) and made again on the next use; None keeps connections open. Probes do
+    # not count as use.
+    idle_close: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,10 @@ class _Slot:
         # The last tool listing failed (a refused message, a timeout): the server is degraded,
         # whatever its connection does, until a listing succeeds.
         self.listing_failure: McpFailure | None = None
+        # Requests on the connection now, and when the last one began or ended (idle_close).
+        self.busy = 0
+        self.last_used = time.monotonic()
+        self.closed_idle = False
 
 
 class Pool:
@@ -400,6 +409,7 @@ class Pool:
                     await conn.open(stack)
                     slot.connection = conn
                     slot.connected_since = time.time()
+                    slot.last_used = time.monotonic()  # a new connection is given its idle time
                     slot.consecutive = 0
                     slot.lost_in_a_row = 0
                     slot.last_error = None
@@ -423,6 +433,14 @@ class Pool:
                 failure = conn.connect_timed_out()
             if slot.stopping:
                 break
+            if slot.closed_idle and failure is None:
+                # Closed for want of use: idle until the next request starts a keeper again.
+                slot.closed_idle = False
+                slot.connected_since = None
+                slot.keeper = None
+                self._set_state(slot, IDLE)
+                return
+            slot.closed_idle = False
             if slot.restart_requested and failure is None:
                 slot.restarts += 1
                 continue
@@ -478,12 +496,24 @@ class Pool:
         return errors.transport_error("the connection closed", reason="closed")
 
     async def _wait_closed(self, slot: _Slot, conn: Connection) -> None:
+        idle_close = self.policy.idle_close
         while not slot.stopping and not slot.restart_requested and not conn.closed.is_set():
+            timeout = None
+            if idle_close is not None:
+                idle_for = time.monotonic() - slot.last_used
+                if slot.busy == 0 and idle_for >= idle_close:
+                    # Unused for long enough: no new request may take this connection (the
+                    # loop is ours until the next await), and the keeper lets it go.
+                    slot.ready.clear()
+                    slot.closed_idle = True
+                    logger.info("%s: closing the connection, unused for %.0fs", slot.config.name, idle_for)
+                    return
+                timeout = max(0.05, idle_close - idle_for)
             slot.wake.clear()
             closed = asyncio.ensure_future(conn.closed.wait())
             woke = asyncio.ensure_future(slot.wake.wait())
             try:
-                await asyncio.wait({closed, woke}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({closed, woke}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 closed.cancel()
                 woke.cancel()
@@ -497,8 +527,8 @@ class Pool:
         slot = self._slot(name)
         if not slot.config.enabled:
             raise errors.transport_error(f"{name} is disabled", transient=False, reason="disabled")
-        self._ensure_keeper(slot)
         while True:
+            self._ensure_keeper(slot)  # again after each wait: a connection closed idle ends its keeper
             conn = slot.connection
             if conn is not None and slot.ready.is_set() and not conn.closed.is_set():
                 return slot, conn
@@ -578,13 +608,26 @@ class Pool:
         limit = timeout if timeout is not None else slot.config.call_timeout
         deadline = time.monotonic() + slot.config.connect_timeout
         slot, conn = await self._acquire(name, deadline)
+        self._begin_use(slot)  # no await since the connection was taken: idle_close cannot take it back
         try:
             result = await conn.call_tool(tool, arguments, timeout=limit, meta=meta, on_progress=on_progress)
         except McpFailure as failure:
             self._note(slot, failure)
             raise
+        finally:
+            self._end_use(slot)
         self._note(slot, None)
         return result
+
+    @staticmethod
+    def _begin_use(slot: _Slot) -> None:
+        slot.busy += 1
+        slot.last_used = time.monotonic()
+
+    @staticmethod
+    def _end_use(slot: _Slot) -> None:
+        slot.busy -= 1
+        slot.last_used = time.monotonic()
 
     async def _list_tools(self, name: str, timeout: float | None) -> list[dict[str, Any]]:
         # A listing changes nothing upstream, so a connection lost under it (a restarted
@@ -597,6 +640,7 @@ class Pool:
         deadline = time.monotonic() + budget + slot.config.connect_timeout
         for attempt in (1, 2):
             slot, conn = await self._acquire(name, min(time.monotonic() + slot.config.connect_timeout, deadline))
+            self._begin_use(slot)
             try:
                 tools = await conn.list_tools(min(budget, max(0.1, deadline - time.monotonic())))
             except TimeoutError:
@@ -614,6 +658,8 @@ class Pool:
                     continue
                 self._listing_failed(slot, failure)
                 raise
+            finally:
+                self._end_use(slot)
             slot.listing_failure = None
             self._note(slot, None)
             return tools

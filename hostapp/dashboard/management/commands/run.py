@@ -3,6 +3,11 @@
 Migrates, creates the first admin, starts an embedded Redis when REDIS_URL is unset,
 then web (daphne), a Celery worker and Celery beat. Ctrl-C or SIGTERM stops all of
 them, and any MCP server they started, before it returns.
+
+`--web N` starts N web processes, each on a port of its own (PORT, PORT+1, ...): a
+2025-era agent's session lives in the process that began it, so each process is addressed
+on its own (or from behind a proxy that keeps a session on its process, as the compose
+file's does). `--workers M` starts M workers, each with `--concurrency` threads.
 """
 
 from __future__ import annotations
@@ -97,19 +102,42 @@ def wait_for_redis(url: str, deadline: float) -> None:
     raise CommandError(f"Redis at {url} did not answer: {last}")
 
 
+def _numbered(role: str, number: int, count: int) -> str:
+    """`web`, or `web1`, `web2`, ... when there are several (the console's labels, the
+    workers' node names)."""
+    return role if count == 1 else f"{role}{number}"
+
+
 class Command(BaseCommand):
     help = "Run Patchbay: web (daphne), a Celery worker and Celery beat, supervised together."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("PATCHBAY_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PATCHBAY_PORT", "8000")))
-        parser.add_argument("--concurrency", type=int, default=8, help="worker threads (default 8)")
-        parser.add_argument("--no-worker", action="store_true", help="do not start the Celery worker")
+        parser.add_argument(
+            "--web", type=int, default=1, metavar="N", help="web processes, on PORT, PORT+1, ... (default 1)"
+        )
+        parser.add_argument("--workers", type=int, default=1, metavar="M", help="Celery workers (default 1)")
+        parser.add_argument("--concurrency", type=int, default=8, help="threads of each worker (default 8)")
+        parser.add_argument("--no-worker", action="store_true", help="start no Celery worker (--workers 0)")
         parser.add_argument("--no-beat", action="store_true", help="do not start Celery beat")
 
-    def handle(self, *args: Any, host: str, port: int, concurrency: int, **options: Any) -> None:
-        if not _port_free(host, port):
-            raise CommandError(f"{host}:{port} is already in use; pick another with --port")
+    def handle(
+        self, *args: Any, host: str, port: int, web: int, workers: int, concurrency: int, **options: Any
+    ) -> None:
+        if web < 1:
+            raise CommandError("--web must be at least 1")
+        if workers < 0 or concurrency < 1:
+            raise CommandError("--workers must be 0 or more, --concurrency at least 1")
+        if options["no_worker"]:
+            workers = 0
+        ports = list(range(port, port + web))
+        if ports[-1] > 65535:
+            raise CommandError(f"--web {web} from port {port} runs past port 65535")
+        taken = [p for p in ports if not _port_free(host, p)]
+        if taken:
+            which = ", ".join(f"{host}:{p}" for p in taken)
+            raise CommandError(f"{which} {'is' if len(taken) == 1 else 'are'} already in use; pick another with --port")
         os.chdir(settings.BASE_DIR)
         become_subreaper()
         env = child_environment()
@@ -123,17 +151,19 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             ensure_admin(self.stdout)
             first_servers = import_bundled_servers(self.stdout)
-            sup.start(
-                ChildSpec(
-                    "web",
-                    [py, "-m", "hostapp.core.web", "-b", host, "-p", str(port), "hostapp.asgi:application"],
-                    stacks_signal=STACKS_SIGNAL,
+            for number, web_port in enumerate(ports, 1):
+                sup.start(
+                    ChildSpec(
+                        _numbered("web", number, web),
+                        [py, "-m", "hostapp.core.web", "-b", host, "-p", str(web_port), "hostapp.asgi:application"],
+                        stacks_signal=STACKS_SIGNAL,
+                    )
                 )
-            )
-            if not options["no_worker"]:
+            for number in range(1, workers + 1):
+                name = _numbered("worker", number, workers)
                 worker = [py, "-m", "celery", "-A", "hostapp", "worker", "--pool", "threads"]
-                worker += ["--concurrency", str(concurrency), "-l", "INFO", "-n", "worker@%h", "--without-mingle"]
-                sup.start(ChildSpec("worker", worker, grace=20.0, stacks_signal=STACKS_SIGNAL))
+                worker += ["--concurrency", str(concurrency), "-l", "INFO", "-n", f"{name}@%h", "--without-mingle"]
+                sup.start(ChildSpec(name, worker, grace=20.0, stacks_signal=STACKS_SIGNAL))
             if not options["no_beat"]:
                 beat = [py, "-m", "celery", "-A", "hostapp", "beat", "-l", "INFO"]
                 beat += ["--schedule", str(settings.CELERY_BEAT_SCHEDULE_FILENAME)]
@@ -143,6 +173,9 @@ class Command(BaseCommand):
                     queue_refresh(name, reason="first run")
             shown = f"[{host}]" if ":" in host else host
             self.stdout.write(self.style.SUCCESS(f"Patchbay is starting at http://{shown}:{port}/  (Ctrl-C stops it)"))
+            if web > 1:
+                others = ", ".join(f"http://{shown}:{p}/" for p in ports[1:])
+                self.stdout.write(f"More web processes at {others}")
             sup.watch()
         finally:
             self.stdout.write("Stopping...")
