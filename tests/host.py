@@ -36,19 +36,22 @@ def login(base_url: str, username: str, password: str, timeout: float = 10) -> h
 class RunningHost:
     """`manage.py run --port N [ARGS]` on a fresh data dir: SQLite, embedded Redis, web + worker + beat."""
 
-    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None
+    ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.lines: list[str] = []
-        self.env = clean_env(
-            PATCHBAY_DATA_DIR=str(data_dir),
-            DATABASE_URL=None,
-            REDIS_URL=None,
-            SECRET_KEY=None,
-            PATCHBAY_DEBUG=None,
-            DEBUG=None,
-            **(env or {}),
-        )
+        # `env` may name a database and a Redis of its own (DATABASE_URL, REDIS_URL).
+        overrides: dict[str, str | None] = {
+            "PATCHBAY_DATA_DIR": str(data_dir),
+            "DATABASE_URL": None,
+            "REDIS_URL": None,
+            "SECRET_KEY": None,
+            "PATCHBAY_DEBUG": None,
+            "DEBUG": None,
+        }
+        self.env = clean_env(**{**overrides, **(env or {})})
         self.proc = subprocess.Popen(
             [PYTHON, "manage.py", "run", "--port", str(self.port), *args],
             cwd=REPO,

@@ -9,6 +9,7 @@ refreshing a server's tools lists them through it (`refresh_server`).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import dataclasses
 import logging
@@ -168,6 +169,21 @@ events: Batcher[PoolEvent] = with_session(
 def _on_event(event: PoolEvent) -> None:
     """Runs on the pool's event thread: handed over, never waited for."""
     events.submit(event)
+
+
+def warm_up() -> list[ServerStatus]:
+    """Connect to every enabled server now, all at once (a worker, as it starts): the first
+    delivery a worker takes then does not wait for its server to start."""
+    servers = list(Server.objects.filter(enabled=True))
+    if not servers:
+        return []
+    pool = sync(servers)
+    limit = max(runtime_config(s).connect_timeout for s in servers) + 5
+
+    async def connect_all() -> list[ServerStatus]:
+        return list(await asyncio.gather(*(pool.aconnect(s.name) for s in servers)))
+
+    return pool.run(connect_all(), timeout=limit)
 
 
 def refresh_server(server: Server) -> RefreshResult:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
+from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_ready
+from django.db import connection
 from django.utils import timezone
 
 from hostapp.core.events import send_event_on_commit
 from hostapp.core.redis_client import redis_client
 
 from .models import Server
-from .pool import refresh_server, sync
+from .pool import refresh_server, sync, warm_up
 from .states import record_statuses
 
 logger = logging.getLogger(__name__)
@@ -78,3 +82,23 @@ def probe_all() -> None:
     for server in servers:
         if server.enabled:  # stored as each probe ends: a slow one does not hold up the others
             record_statuses([pool.probe(server.name)])
+
+
+def _warm_up() -> None:
+    try:
+        statuses = warm_up()
+    except Exception:  # boundary: a server that does not start is recorded by the pool; this is a head start
+        logger.exception("connecting to the servers as the worker started failed")
+        return
+    finally:
+        connection.close()  # this thread's own session ends with it
+    logger.info(
+        "connected as the worker started: %s", ", ".join(f"{s.name} {s.state}" for s in statuses) or "no servers"
+    )
+
+
+@worker_ready.connect
+def _warm_up_as_the_worker_starts(**kwargs: Any) -> None:
+    """A worker may deliver to any server: it connects to each as it starts, in the
+    background, so that its first delivery does not wait for a server to start."""
+    threading.Thread(target=_warm_up, name="catalog-warm-up", daemon=True).start()
