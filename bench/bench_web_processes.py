@@ -23,9 +23,10 @@ back to back, one client per web process shared by its tasks:
 * ``2 web``: half the tasks against web 1, half against web 2.
 
 Cells are interleaved within each round, in an order reversed every other round. The CPU
-columns are CPU seconds per 1,000 calls of each part (the bench client, the web processes
-with the servers they started, PostgreSQL's backends, the worker, Redis), from /proc via
-psutil: on a machine with few cores they say what the calls per second are limited by.
+columns are CPU seconds per 1,000 calls of each part (the bench client, each web process,
+the stdio servers they started or the direct server, the worker, PostgreSQL's backends,
+Redis) and their sum, from /proc via psutil: on a machine with few cores they say what the
+calls per second are limited by (cores x 1,000 / the sum is the ceiling).
 """
 
 from __future__ import annotations
@@ -121,14 +122,15 @@ class Host:
         wait_until(listed, 180, "the worker to list the bundled servers' tools", interval=1.0)
 
     def parts(self) -> dict[str, list[psutil.Process]]:
-        """The host's processes by part: each web process with the servers it started, the worker."""
-        found: dict[str, list[psutil.Process]] = {"web 1": [], "web 2": [], "worker": []}
+        """The host's processes by part: each web process, the stdio servers they started,
+        the worker with its own."""
+        found: dict[str, list[psutil.Process]] = {"web 1": [], "web 2": [], "servers": [], "worker": []}
         for child in psutil.Process(self.proc.pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 cmd = " ".join(child.cmdline())
                 if "hostapp.core.web" in cmd and "lifeline" not in cmd:
-                    part = "web 1" if f"-p {self.port} " in cmd + " " else "web 2"
-                    found[part] += [child, *child.children(recursive=True)]
+                    found["web 1" if f"-p {self.port} " in cmd + " " else "web 2"].append(child)
+                    found["servers"] += child.children(recursive=True)
                 elif "hostapp worker" in cmd and "lifeline" not in cmd:
                     found["worker"] += [child, *child.children(recursive=True)]
         return found
@@ -192,7 +194,9 @@ def check(result: Any) -> None:
         raise RuntimeError(f"unexpected result {result!r}")
 
 
-async def measure(opts: argparse.Namespace, host: Host, token: str, direct_url: str, database: str) -> None:
+async def measure(
+    opts: argparse.Namespace, host: Host, token: str, direct_url: str, database: str, direct_server: psutil.Process
+) -> None:
     levels = [int(x) for x in opts.concurrency.split(",")]
     async with contextlib.AsyncExitStack() as stack:
         direct = await stack.enter_async_context(http_client(direct_url, "auto"))
@@ -226,6 +230,7 @@ async def measure(opts: argparse.Namespace, host: Host, token: str, direct_url: 
                         "client": [me],
                         "web 1": parts["web 1"],
                         "web 2": parts["web 2"],
+                        "servers": [*parts["servers"], direct_server],
                         "worker": parts["worker"],
                         "postgres": postgres_backends(database),
                         "redis": redis_servers(),
@@ -243,7 +248,7 @@ async def measure(opts: argparse.Namespace, host: Host, token: str, direct_url: 
     print(f"\n{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; {machine()}; load {loadavg()}")
     print(f"{opts.rounds} rounds x {opts.seconds:g}s per cell; 2026-07-28 era; mailbox read\n")
     head = f"{'cell':<8} {'c':>3} {'calls/s':>8} {'x direct':>8} {'x 1 web':>8}"
-    head += "   CPU s per 1,000 calls: client / web 1 / web 2 / worker / postgres / redis"
+    head += "   CPU s per 1,000 calls: client / web 1 / web 2 / servers / worker / postgres / redis; sum"
     print(head)
     for level in levels:
         rate = {cell: totals[(cell, level)][0] / totals[(cell, level)][1] for cell in CELLS}
@@ -251,6 +256,7 @@ async def measure(opts: argparse.Namespace, host: Host, token: str, direct_url: 
             calls = totals[(cell, level)][0]
             spent = cpu_of[(cell, level)]
             per = " / ".join(f"{spent[k] / calls * 1000:.2f}" for k in spent)
+            per += f"; {sum(spent.values()) / calls * 1000:.2f}"
             print(
                 f"{cell:<8} {level:>3} {rate[cell]:>8.1f} {rate[cell] / rate['direct']:>8.2f} "
                 f"{rate[cell] / rate['1 web']:>8.2f}   {per}"
@@ -288,7 +294,7 @@ def main() -> int:
             token = json.loads(host.manage("token", "create", "bench", "--json"))["token"]
             direct_url = f"http://127.0.0.1:{direct_port}/mcp"
             wait_until(lambda: _listening(direct_port), 60, "the direct server")
-            asyncio.run(measure(opts, host, token, direct_url, name))
+            asyncio.run(measure(opts, host, token, direct_url, name, psutil.Process(direct.pid)))
         finally:
             direct.terminate()
             host.stop()
