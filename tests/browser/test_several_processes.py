@@ -9,7 +9,10 @@
 - a rule created through web 2 (admin) applies to the next calls on web 1 within a second;
 - the outbox drains 40 writes through both workers while one of them is SIGKILLed: every
   action done, and the tasks server's own records hold one task per idempotency key;
-- a live page on web 1 (a real browser) shows a call made on web 2 without a reload.
+- a live page on web 1 (a real browser) shows a call made on web 2 without a reload;
+- behind the compose file's proxy (HAProxy with `deploy/haproxy.cfg`, its server list
+  pointed at the two web processes), a 2025-era session stays on the process that began
+  it; that process SIGKILLed, the session answers 404 (start again), at once.
 
 It runs in the PostgreSQL pass of the suite (`DATABASE_URL` set to PostgreSQL): that is
 where it learns something the other pass would not.
@@ -23,9 +26,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
+import subprocess
 import time
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -44,7 +49,7 @@ import redis
 from mcp.client.streamable_http import streamable_http_client
 from playwright.sync_api import Browser, expect
 
-from tests.helpers import free_port, wait_until
+from tests.helpers import REPO, free_port, wait_until
 from tests.host import RunningHost, login
 
 pytestmark = pytest.mark.slow
@@ -52,6 +57,9 @@ pytestmark = pytest.mark.slow
 T = TypeVar("T")
 
 SUITE_DATABASE = os.environ.get("DATABASE_URL", "")
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+HAPROXY = shutil.which("haproxy")
+LEGACY = "2025-11-25"
 WRITES = 40
 MODES = {"auto": "2026-07-28", "legacy": "2025-11-25"}
 
@@ -171,6 +179,77 @@ def _form_post(client: httpx.Client, page: str, action: str, data: dict[str, str
         headers={"Referer": f"{client.base_url}{page}"},
         follow_redirects=False,
     )
+
+
+@contextlib.contextmanager
+def _proxy(tmp_path: Path, web_ports: tuple[int, int]) -> Iterator[str]:
+    """HAProxy with deploy/haproxy.cfg, listening on a port of its own, with the two web
+    processes where Docker's DNS would give the web containers."""
+    if HAPROXY is None:
+        reason = "haproxy is not installed (apt-get install haproxy)"
+        if IN_CI:
+            pytest.fail(f"{reason}; CI is set, so this fails instead of skipping")
+        pytest.skip(reason)
+    port = free_port()
+    text = (REPO / "deploy" / "haproxy.cfg").read_text()
+    template = re.search(r"^\s*server-template web .*$", text, re.M)
+    assert template and "bind :8080" in text
+    servers = "\n".join(
+        f"    server web{i} 127.0.0.1:{p} check inter 1s fall 2 rise 1" for i, p in enumerate(web_ports, 1)
+    )
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(text.replace("bind :8080", f"bind 127.0.0.1:{port}").replace(template.group(0), servers))
+    proc = subprocess.Popen(
+        [HAPROXY, "-db", "-f", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _up(url), timeout=20, what="haproxy to answer")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _legacy_post(url: str, token: str, body: dict[str, Any], session: str | None) -> httpx.Response:
+    """One 2025-era JSON-RPC POST to /mcp, as the SDK's client sends it."""
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": LEGACY,
+    }
+    if session:
+        headers["Mcp-Session-Id"] = session
+    return httpx.post(f"{url}/mcp", json=body, headers=headers, timeout=10)
+
+
+def _legacy_session(url: str, token: str) -> str:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}},
+    }
+    response = _legacy_post(url, token, init, None)
+    assert response.status_code == 200, response.text
+    session = response.headers["mcp-session-id"]
+    done = _legacy_post(url, token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    assert done.status_code == 202, done.text
+    return session
+
+
+def _list_tools(url: str, token: str, session: str, n: int = 1) -> int:
+    return _legacy_post(url, token, {"jsonrpc": "2.0", "id": 10 + n, "method": "tools/list"}, session).status_code
+
+
+def _web_pid(port: int) -> int:
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        joined = " ".join(cmdline)
+        if "hostapp.core.web" in joined and "lifeline" not in joined and str(port) in cmdline:
+            return proc.pid
+    raise AssertionError(f"no web process on port {port}")
 
 
 def _worker_pid(number: int) -> int:
@@ -341,5 +420,19 @@ def test_two_web_processes_and_two_workers_on_one_database(
         recorded = {k for (k,) in conn.execute("SELECT key FROM idempotency_keys WHERE tool = 'add'")}
     assert sorted(titles) == [f"team task {i:02d}" for i in range(WRITES)], "one task per call, none twice"
     assert recorded == keys
+
+    # Behind the compose file's proxy: a 2025-era session sticks to the process that began it.
+    with _proxy(tmp_path, (team.port, team.port + 1)) as proxy:
+        session = _legacy_session(proxy, token)
+        assert [_list_tools(proxy, token, session, n) for n in range(8)] == [200] * 8  # round robin would split them
+        direct = {url: _list_tools(url, token, session) for url in (web1, web2)}
+        assert sorted(direct.values()) == [200, 404], direct  # the other process does not know it
+        holder = web1 if direct[web1] == 200 else web2
+        os.kill(_web_pid(int(holder.rsplit(":", 1)[1])), signal.SIGKILL)
+        killed = time.monotonic()
+        # The session's process is gone: the agent is told to start again, not left waiting.
+        assert _list_tools(proxy, token, session) == 404
+        assert time.monotonic() - killed < 5
+        assert _list_tools(proxy, token, _legacy_session(proxy, token)) == 200  # and a new one works
     context.close()
     person.close()
