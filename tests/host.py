@@ -36,9 +36,7 @@ def login(base_url: str, username: str, password: str, timeout: float = 10) -> h
 class RunningHost:
     """`manage.py run --port N [ARGS]` on a fresh data dir: SQLite, embedded Redis, web + worker + beat."""
 
-    def __init__(
-        self, data_dir: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None
-    ) -> None:
+    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.lines: list[str] = []
