@@ -96,6 +96,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
@@ -136,15 +145,22 @@ def machine() -> str:
 class Host:
     """`manage.py run` with its own data directory, as a user starts it."""
 
-    def __init__(self, data_dir: Path, database_url: str | None) -> None:
+    def __init__(
+        self, data_dir: Path, database_url: str | None, *args: str, redis_url: str | None = None, ports: int = 1
+    ) -> None:
+        """`args` go to `manage.py run`; `ports` free ports in a row are found (`--web N`)."""
         self.data_dir = data_dir
         self.port = free_port()
+        while not all(port_free(self.port + i) for i in range(1, ports)):
+            self.port = free_port()
         self.lines: list[str] = []
         self.env = dict(os.environ)
         for key in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY"):
             self.env.pop(key, None)
         if database_url:
             self.env["DATABASE_URL"] = database_url
+        if redis_url:
+            self.env["REDIS_URL"] = redis_url
         self.env.update(
             PATCHBAY_DATA_DIR=str(data_dir),
             PATCHBAY_LOG_LEVEL="WARNING",
@@ -152,7 +168,7 @@ class Host:
             DJANGO_SETTINGS_MODULE="hostapp.settings",
         )
         self.proc = subprocess.Popen(
-            [PYTHON, "manage.py", "run", "--port", str(self.port)],
+            [PYTHON, "manage.py", "run", "--port", str(self.port), *args],
             cwd=REPO,
             env=self.env,
             stdin=subprocess.DEVNULL,

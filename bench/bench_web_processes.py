@@ -37,22 +37,21 @@ import contextlib
 import datetime as dt
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import bench_gateway
 import httpx
 import psutil
 import psycopg
 import redis
-from bench_gateway import drive, free_port, http_client, loadavg, machine, wait_until
+from bench_gateway import cpu_seconds, drive, free_port, http_client, loadavg, machine, port_free, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -60,66 +59,18 @@ TOOL_ARGS = {"message_id": "msg-0001"}
 CELLS = ("direct", "1 web", "2 web")
 
 
-class Host:
+class Host(bench_gateway.Host):
     """`manage.py run --web 2 --workers 1` on its own data directory, database and Redis."""
 
     def __init__(self, data_dir: Path, database_url: str, redis_url: str) -> None:
-        self.port = free_port()
-        while not _free(self.port + 1):
-            self.port = free_port()
-        self.lines: list[str] = []
-        self.env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY",)}
-        self.env.update(
-            DATABASE_URL=database_url,
-            REDIS_URL=redis_url,
-            PATCHBAY_DATA_DIR=str(data_dir),
-            PATCHBAY_LOG_LEVEL="WARNING",
-            PYTHONUNBUFFERED="1",
-            DJANGO_SETTINGS_MODULE="hostapp.settings",
-        )
-        self.proc = subprocess.Popen(
-            [PYTHON, "manage.py", "run", "--port", str(self.port), "--web", "2", "--workers", "1"],
-            cwd=REPO,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._read, daemon=True).start()
+        super().__init__(data_dir, database_url, "--web", "2", "--workers", "1", redis_url=redis_url, ports=2)
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def url(self, number: int) -> str:
+    def url_of(self, number: int) -> str:
         return f"http://127.0.0.1:{self.port + number - 1}"
 
-    def manage(self, *args: str) -> str:
-        proc = subprocess.run(
-            [PYTHON, "manage.py", "mcp", *args], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=180
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"mcp {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-        return proc.stdout
-
     def wait_ready(self) -> None:
-        for number in (1, 2):
-
-            def up(number: int = number) -> bool:
-                if self.proc.poll() is not None:
-                    raise SystemExit("manage.py run exited early:\n" + "".join(self.lines[-40:]))
-                return httpx.get(f"{self.url(number)}/healthz", timeout=2).status_code == 200
-
-            wait_until(up, 180, f"web {number}")
-
-        def listed() -> bool:
-            tools = json.loads(self.manage("tools", "--json", "--server", "mailbox"))
-            return any(t["name"] == "mailbox__read" and t["status"] == "active" for t in tools)
-
-        wait_until(listed, 180, "the worker to list the bundled servers' tools", interval=1.0)
+        wait_until(lambda: httpx.get(f"{self.url_of(2)}/healthz", timeout=2).status_code == 200, 180, "web 2")
+        super().wait_ready()  # web 1, and the bundled servers listed
 
     def parts(self) -> dict[str, list[psutil.Process]]:
         """The host's processes by part: each web process, the stdio servers they started,
@@ -135,31 +86,9 @@ class Host:
                     found["worker"] += [child, *child.children(recursive=True)]
         return found
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=60)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, 9)
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
 
 def cpu(processes: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in processes:
-        with contextlib.suppress(psutil.Error):
-            t = proc.cpu_times()
-            total += t.user + t.system
-    return total
+    return sum(cpu_seconds(proc) for proc in processes)
 
 
 def postgres_backends(database: str) -> list[psutil.Process]:
@@ -200,8 +129,8 @@ async def measure(
     levels = [int(x) for x in opts.concurrency.split(",")]
     async with contextlib.AsyncExitStack() as stack:
         direct = await stack.enter_async_context(http_client(direct_url, "auto"))
-        web1 = await stack.enter_async_context(http_client(f"{host.url(1)}/mcp", "auto", token))
-        web2 = await stack.enter_async_context(http_client(f"{host.url(2)}/mcp", "auto", token))
+        web1 = await stack.enter_async_context(http_client(f"{host.url_of(1)}/mcp", "auto", token))
+        web2 = await stack.enter_async_context(http_client(f"{host.url_of(2)}/mcp", "auto", token))
 
         def caller(client: Any, tool: str) -> Callable[[], Any]:
             async def call() -> None:
@@ -303,7 +232,7 @@ def main() -> int:
 
 
 def _listening(port: int) -> bool:
-    return not _free(port)
+    return not port_free(port)
 
 
 if __name__ == "__main__":

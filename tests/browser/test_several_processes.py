@@ -7,12 +7,15 @@
 - a destructive call waiting on web 1 is approved through web 2 (the call's page, as a
   person does) and the agent on web 1 has its answer within a second;
 - a rule created through web 2 (admin) applies to the next calls on web 1 within a second;
+  a server disabled through web 2 leaves the tool list of web 1's agents within a second;
 - the outbox drains 40 writes through both workers while one of them is SIGKILLed: every
   action done, and the tasks server's own records hold one task per idempotency key;
 - a live page on web 1 (a real browser) shows a call made on web 2 without a reload;
 - behind the compose file's proxy (HAProxy with `deploy/haproxy.cfg`, its server list
   pointed at the two web processes), a 2025-era session stays on the process that began
-  it; that process SIGKILLed, the session answers 404 (start again), at once.
+  it; that process SIGKILLed, the session answers 404 (start again), at once;
+- a token revoked (`mcp token revoke`, a process of its own) is refused by both web
+  processes within a second, though each checked it a moment before.
 
 It runs in the PostgreSQL pass of the suite (`DATABASE_URL` set to PostgreSQL): that is
 where it learns something the other pass would not.
@@ -370,6 +373,23 @@ def test_two_web_processes_and_two_workers_on_one_database(
     took = _run(blocked_on_web1_after_rule())
     assert took < 1.0, f"the rule took {took:.2f}s to reach web 1"
 
+    # A server disabled through web 2 leaves the catalog web 1's agents see.
+    async def calendar_gone_from_web1() -> float:
+        async with _agent(web1, token, "legacy") as client:
+            assert "calendar__list" in {t.name for t in (await client.list_tools()).tools}
+            response = await asyncio.to_thread(
+                _form_post, person, "/servers/calendar/", "/servers/calendar/enable/", {"enabled": "0"}
+            )
+            assert response.status_code == 302, response.text[:2000]
+            disabled = time.monotonic()
+            while "calendar__list" in {t.name for t in (await client.list_tools()).tools}:
+                assert time.monotonic() - disabled < 5, "the catalog change did not reach web 1"
+                await asyncio.sleep(0.05)
+            return time.monotonic() - disabled
+
+    catalog_took = _run(calendar_gone_from_web1())
+    assert catalog_took < 1.0, f"the catalog change took {catalog_took:.2f}s to reach web 1"
+
     # The outbox drains through both workers while worker 1 is SIGKILLed.
     async def writes_on_web2() -> list[Any]:
         async with _agent(web2, token, "auto") as client:
@@ -412,7 +432,8 @@ def test_two_web_processes_and_two_workers_on_one_database(
     taken_back = _rows(database, "SELECT count(*) FROM outbox_attempt WHERE outcome = 'lease_expired'")[0][0]
     print(
         f"approval on web 2 -> answer on web 1: {answered['at'] - approved_at:.3f}s; "
-        f"rule on web 2 -> refused on web 1: {took:.3f}s; leases taken back from the killed worker: {taken_back}"
+        f"rule on web 2 -> refused on web 1: {took:.3f}s; server disabled on web 2 -> gone on web 1: "
+        f"{catalog_took:.3f}s; leases taken back from the killed worker: {taken_back}"
     )
     tasks_db = tmp_path / "servers" / "tasks.sqlite3"
     with closing(sqlite3.connect(f"file:{tasks_db}?mode=ro", uri=True, timeout=10)) as conn:
@@ -434,5 +455,24 @@ def test_two_web_processes_and_two_workers_on_one_database(
         assert _list_tools(proxy, token, session) == 404
         assert time.monotonic() - killed < 5
         assert _list_tools(proxy, token, _legacy_session(proxy, token)) == 200  # and a new one works
+
+    # A token revoked by a command (a process of its own) is refused everywhere at once.
+    wait_until(lambda: _up(web1) and _up(web2), timeout=60, what="the killed web process to be restarted")
+    for url in (web1, web2):  # each checks the token now, and keeps the answer for a few seconds
+        assert _legacy_post(url, token, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, None).status_code != 401
+    team.manage("mcp", "token", "revoke", "agent")
+    revoked = time.monotonic()
+    for url in (web1, web2):
+        wait_until(
+            lambda url=url: (
+                _legacy_post(url, token, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, None).status_code == 401
+            ),
+            timeout=5,
+            interval=0.05,
+            what=f"{url} to refuse the revoked token",
+        )
+    revoke_took = time.monotonic() - revoked
+    assert revoke_took < 1.0, f"the revocation took {revoke_took:.2f}s to reach both web processes"
+    print(f"token revoked by a command -> refused by both web processes: {revoke_took:.3f}s")
     context.close()
     person.close()
