@@ -320,15 +320,24 @@ def _call_out(call: Call) -> dict[str, Any]:
     }
 
 
-@api.post("/calls", response={201: CallOut, 400: CallError, 401: Error, 403: Error, 404: CallError}, tags=["calls"])
+@api.post(
+    "/calls",
+    response={200: CallOut, 201: CallOut, 400: CallError, 401: Error, 403: Error, 404: CallError},
+    tags=["calls"],
+)
 def make_call(request: HttpRequest, payload: CallIn) -> Status:
+    """Start a call (201). With an `Idempotency-Key` header (up to 64 characters) sent before
+    by the same requester, the first call is answered (200) and nothing is done again."""
     agent = _agent(request)
     if agent is not None:
         requester = call_actions.Requester(Call.AGENT, agent.name, agent=agent)
     else:
         requester = call_actions.Requester.for_user(request.user)
+    key = request.headers.get("Idempotency-Key", "").strip()
     try:
-        call = call_actions.start_call(payload.tool, payload.arguments, requester)
+        call = call_actions.start_call(payload.tool, payload.arguments, requester, submit_key=key)
+    except call_actions.Submitted as repeat:
+        return Status(200, _call_out(repeat.call))
     except call_actions.CallError as exc:
         return Status(404 if exc.status == 404 else 400, {"error": exc.message, "errors": exc.errors})
     return Status(201, _call_out(call))

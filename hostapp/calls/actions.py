@@ -114,11 +114,17 @@ def new_call(tool: Tool, decision: Decision, requester: Requester, arguments: An
     return life.new_fields(tool, decision, requester, arguments, argument_digest(arguments), now)
 
 
-def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: bool = True) -> Call:
+# What a caller of `start_call` catches when the requester sent its submit key before.
+Submitted = life.Submitted
+
+
+def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: bool = True, submit_key: str = "") -> Call:
     """Record a call and act on the policy: run it, queue it, hold it for approval, or refuse it.
 
     With `run=False` a call the policy runs at once is left `running` for the caller to
-    deliver (the agents' endpoint awaits it on its event loop with :func:`arun_now`).
+    deliver (the agents' endpoint awaits it on its event loop with :func:`arun_now`). With a
+    `submit_key` the requester sent before, nothing is done again: `Submitted` carries the
+    first call.
     """
     try:
         # `get` asks for no ordering (`first` would sort by the primary key).
@@ -135,7 +141,8 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
         where = f" at {first['path']}" if first["path"] else ""
         raise CallError(f"invalid arguments{where}: {first['message']}", errors=errors)
     decision = decide(tool)
-    call = life.open_call(new_call(tool, decision, requester, arguments, timezone.now()), tool=tool)
+    fields = new_call(tool, decision, requester, arguments, timezone.now())
+    call = life.open_call({**fields, "submit_key": submit_key[:64]} if submit_key else fields, tool=tool)
     if decision.kind == Call.RUN and run:
         run_now(call, tool)
     return call

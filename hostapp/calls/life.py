@@ -40,7 +40,7 @@ from operator import or_
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.dispatch import Signal
 from django.utils import timezone
@@ -81,6 +81,14 @@ class MovedMeanwhile(Exception):
 
     def __init__(self, call: Call) -> None:
         super().__init__(f"call #{call.pk} was moved by someone else meanwhile")
+        self.call = call
+
+
+class Submitted(Exception):
+    """The requester sent this submit key before: that call stands, no second one is made."""
+
+    def __init__(self, call: Call) -> None:
+        super().__init__(f"call #{call.pk} was submitted with this key already")
         self.call = call
 
 
@@ -201,8 +209,15 @@ def open_call(fields: dict[str, Any], *, tool: Any = None, late: bool = False) -
     """Write a new call (its row from `new_fields`) and its `created` event; a call made
     `queued` goes to the outbox in the same transaction. `tool`: the row the call was
     decided on, kept on the call (the outbox reads it). `late`: written a while after the
-    call began (see `_still_there`)."""
+    call began (see `_still_there`). A call with a `submit_key` is written once per
+    requester and key: a repeat raises `Submitted` with the first call."""
     check(NEW, fields["status"])
+    if fields.get("submit_key"):
+        return _open_once(fields, tool, late)
+    return _write_new(fields, tool, late)
+
+
+def _write_new(fields: dict[str, Any], tool: Any, late: bool) -> Call:
     with transaction.atomic(savepoint=False):
         call = Call.objects.create(**_storable(_still_there(fields) if late else fields))
         if tool is not None and call.tool_id == tool.pk:
@@ -212,6 +227,27 @@ def open_call(fields: dict[str, Any], *, tool: Any = None, late: bool = False) -
             deliver(call)
         _announce([call])
     return call
+
+
+def _open_once(fields: dict[str, Any], tool: Any, late: bool) -> Call:
+    """`open_call` for a call with a submit key: raises `Submitted` with the first call when
+    the requester sent this key before, at once or while the first was being written (the
+    unique constraint decides between two at the same moment)."""
+    same = Call.objects.filter(
+        requester_kind=fields["requester_kind"],
+        requester_name=fields["requester_name"],
+        submit_key=fields["submit_key"],
+    )
+    first = same.first()
+    if first is None:
+        try:
+            with transaction.atomic():  # a savepoint: a caller's transaction survives the refusal
+                return _write_new(fields, tool, late)
+        except IntegrityError:
+            first = same.first()
+            if first is None:
+                raise
+    raise Submitted(first)
 
 
 def _still_there(fields: dict[str, Any]) -> dict[str, Any]:

@@ -106,9 +106,19 @@ class Call(models.Model):
     result = models.JSONField(null=True, blank=True)
     is_error = models.BooleanField(default=False)
     error = models.JSONField(null=True, blank=True)
+    # A key the requester's form (or an API client's Idempotency-Key) sent with the call: the
+    # same requester submitting the same key again gets this call, not a second one.
+    submit_key = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["requester_kind", "requester_name", "submit_key"],
+                condition=~models.Q(submit_key=""),
+                name="one_call_per_submit_key",
+            )
+        ]
         indexes = [
             # The Pending page and the navigation badge: waiting calls, oldest first.
             models.Index(fields=["status", "id"], name="call_status_id"),

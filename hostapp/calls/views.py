@@ -227,8 +227,14 @@ def call_tool(request: HttpRequest, exposed_name: str) -> HttpResponse:
             return JsonResponse(error, status=400)
         messages.error(request, error["error"])
         return redirect("tool", exposed_name=exposed_name)
+    # The form's own key: a second submit of the same form (a double click, a reload, the
+    # back button) is answered with the first call.
+    key = request.POST.get("submit_key", "").strip()
+    repeated = False
     try:
-        call = actions.start_call(exposed_name, arguments, actions.Requester.for_user(request.user))
+        call = actions.start_call(exposed_name, arguments, actions.Requester.for_user(request.user), submit_key=key)
+    except actions.Submitted as repeat:
+        call, repeated = repeat.call, True
     except actions.CallError as exc:
         if wants_json:
             return JsonResponse({"error": exc.message, "errors": exc.errors}, status=exc.status)
@@ -236,5 +242,7 @@ def call_tool(request: HttpRequest, exposed_name: str) -> HttpResponse:
         return redirect("tool", exposed_name=exposed_name)
     url = reverse("call", args=[call.pk])
     if wants_json:
-        return JsonResponse({**call.summary(), "url": url})
+        return JsonResponse({**call.summary(), "url": url, "repeated": repeated})
+    if repeated:
+        messages.info(request, f"This form was sent before: this is its call, #{call.pk}.")
     return redirect(url)

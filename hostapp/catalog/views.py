@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import uuid
 from typing import Any
 
 from django.contrib import messages
@@ -281,6 +282,8 @@ def tool_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
         "can_review": request.user.has_perm("catalog.review_tool"),
         "class_choices": CLASS_CHOICES,
         "decision": decide(tool),
+        # The call form's own key (a repeated submit of it returns the first call).
+        "submit_key": uuid.uuid4().hex,
     }
     return render(request, "catalog/tool.html", context)
 

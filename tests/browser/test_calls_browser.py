@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 
 import pytest
 from playwright.sync_api import Page, expect
+
+from tests.host import RunningHost
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -16,12 +20,15 @@ APPROVER = ("avery", "avery-approves-9")
 REQUESTER = ("riley", "riley-asks-3")
 # Two plain users (see conftest.host): one who may approve calls, one who may only make them.
 USERS = [(*APPROVER, ["calls.approve_call"]), (*REQUESTER, [])]
-CALL_URL = re.compile(r"/calls/(\d+)/$")
+CALL_URL = re.compile(r"^/calls/(\d+)/$")
 
 
 def call_id(page: Page) -> int:
-    expect(page).to_have_url(CALL_URL)
-    found = CALL_URL.search(page.url)
+    """The call just made from the tool page: it shows under the form, with a link to its page."""
+    link = page.locator("#call-outcome-link")
+    expect(link).to_be_visible()
+    expect(link).to_have_attribute("href", CALL_URL)
+    found = CALL_URL.search(link.get_attribute("href") or "")
     assert found
     return int(found.group(1))
 
@@ -163,3 +170,57 @@ def test_pressing_enter_after_typing_asks_with_the_typed_arguments(login: Callab
     expect(dialog.locator("pre")).to_have_text(json.dumps({"message_id": "msg-0003"}, indent=2))
     dialog.get_by_role("button", name="Cancel").click()
     expect(dialog).to_be_hidden()
+
+
+def test_a_double_click_makes_one_call_and_sending_the_form_again_returns_it(
+    login: Callable[..., Page], host: RunningHost
+) -> None:
+    page = login(*REQUESTER)
+    page.goto("/catalog/tasks__add/")
+    expect(page.get_by_text("it goes to the outbox and is delivered by a worker")).to_be_visible()
+    form = page.locator("#call-form")
+    title = "Double-clicked task"
+    form.locator('[name="root[title]"]').fill(title)
+    key = form.locator('input[name="submit_key"]').input_value()
+    assert re.fullmatch(r"[0-9a-f]{32}", key)
+    button = page.locator("#call-submit")
+    expect(button).to_have_text("Call")
+    # What the button says and whether it takes clicks, at every change, from the click on.
+    page.evaluate(
+        """() => {
+        const b = document.getElementById("call-submit");
+        window.__button = [];
+        new MutationObserver(() => window.__button.push([b.textContent, b.disabled]))
+          .observe(b, {attributes: true, childList: true, characterData: true, subtree: true});
+    }"""
+    )
+    button.dblclick()
+
+    pk = call_id(page)
+    # The call shows under the form, live, through to the worker's delivery; the page stays.
+    expect(page.locator("#call-status")).to_have_attribute("data-status", "succeeded")
+    expect(page.locator("#call-result")).to_contain_text(title)
+    expect(page.locator("#call-outcome-title")).to_have_text(f"Call #{pk}: succeeded")
+    expect(page).to_have_url(re.compile(r"/catalog/tasks__add/$"))
+    expect(button).to_have_text("Call again")
+    expect(button).to_be_enabled()
+    states = page.evaluate("window.__button")
+    assert ["Calling...", True] in states, states  # no click was taken while the call was on its way
+    # The next submit is another call: the form has a new key.
+    assert form.locator('input[name="submit_key"]').input_value() != key
+
+    # The same form sent again (a reload of the POST, the back button): the first call answers.
+    csrf = form.locator('input[name="csrfmiddlewaretoken"]').input_value()
+    data = {"arguments": json.dumps({"title": title}), "submit_key": key, "csrfmiddlewaretoken": csrf}
+    headers = {"Referer": f"{host.url}/catalog/tasks__add/"}
+    again = page.request.post("/catalog/tasks__add/call/", form=data, headers={**headers, "Accept": "application/json"})
+    assert again.ok, again.text()
+    assert (again.json()["call_id"], again.json()["repeated"]) == (pk, True)
+    plain = page.request.post("/catalog/tasks__add/call/", form=data, headers=headers, max_redirects=0)
+    assert plain.status == 302 and plain.headers["location"] == f"/calls/{pk}/"
+
+    # One call on record, and one task at the server.
+    calls = page.request.get("/api/v1/calls", params={"tool": "tasks__add", "limit": 1000}).json()
+    assert [c["call_id"] for c in calls if c["arguments"].get("title") == title] == [pk]
+    with closing(sqlite3.connect(f"file:{host.data_dir / 'servers' / 'tasks.sqlite3'}?mode=ro", uri=True)) as db:
+        assert db.execute("SELECT count(*) FROM tasks WHERE title = ?", (title,)).fetchone()[0] == 1
