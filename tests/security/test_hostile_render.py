@@ -118,23 +118,27 @@ def test_hostile_tool_texts_and_results_are_shown_as_text_and_never_run(page: An
     assert icons.get_attribute("src").startswith("data:image/png;base64,")
     assert_nothing_ran(page, "the tool page")
 
-    # Call it from the form (read-only and trusted: it runs at once) and read the call.
+    # Call it from the form (read-only and trusted: it runs at once) and read the call: under
+    # the form first (its fragment, fetched by the page's script), then on its own page.
     page.locator("#call-submit").click()
-    page.wait_for_url("**/calls/*/")
-    expect(page.locator("#call-status")).to_have_attribute("data-status", "succeeded")
-    result = page.locator("#call-result")
-    expect(result.locator("pre.result-text")).to_contain_text(f"{SCRIPT} {IMG} Renders markup as text.")
-    expect(page.locator("#call-arguments")).to_contain_text("window.__pwned=1")
-    links = result.locator("p.resource-link")
-    expect(links).to_have_count(2)
-    expect(links.nth(0)).to_contain_text(f"link {SCRIPT}")
-    expect(links.nth(0).locator("a")).to_have_count(0)  # javascript: is shown, never linked
-    expect(links.nth(0)).to_contain_text("javascript:window.__pwned=1")
-    expect(links.nth(1).locator("a")).to_contain_text(f"https link {IMG}")
-    expect(result.locator("div.resource pre")).to_contain_text(SCRIPT)
-    expect(result).to_contain_text("of a type that is not shown")  # the SVG "image"
-    expect(result.locator("img")).to_have_count(0)
-    assert_nothing_ran(page, "the call page")
+    for where in ("the call under the form", "the call page"):
+        if where == "the call page":
+            page.locator("#call-outcome-link").click()
+            page.wait_for_url("**/calls/*/")
+        expect(page.locator("#call-status")).to_have_attribute("data-status", "succeeded")
+        result = page.locator("#call-result")
+        expect(result.locator("pre.result-text")).to_contain_text(f"{SCRIPT} {IMG} Renders markup as text.")
+        expect(page.locator("#call-arguments")).to_contain_text("window.__pwned=1")
+        links = result.locator("p.resource-link")
+        expect(links).to_have_count(2)
+        expect(links.nth(0)).to_contain_text(f"link {SCRIPT}")
+        expect(links.nth(0).locator("a")).to_have_count(0)  # javascript: is shown, never linked
+        expect(links.nth(0)).to_contain_text("javascript:window.__pwned=1")
+        expect(links.nth(1).locator("a")).to_contain_text(f"https link {IMG}")
+        expect(result.locator("div.resource pre")).to_contain_text(SCRIPT)
+        expect(result).to_contain_text("of a type that is not shown")  # the SVG "image"
+        expect(result.locator("img")).to_have_count(0)
+        assert_nothing_ran(page, where)
 
     # The list pages that show the call, fetched again by the live script as fragments.
     for path in ("/calls/", "/servers/hostile/", "/"):
