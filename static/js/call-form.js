@@ -155,6 +155,10 @@
     if (busy) settle();
   });
 
+  document.addEventListener("live:connected", function () {  // a reconnect: what it missed
+    if (shown && window.PatchbayLive) window.PatchbayLive.refresh(outcomeDetail);
+  });
+
   if (window.PatchbayLive) {
     window.PatchbayLive.on(function (kind, data) {
       if (kind !== "call.changed" || !shown) return;

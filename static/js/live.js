@@ -1,6 +1,8 @@
 // Live updates: one websocket per page; elements marked data-live-fragment re-fetch
-// their fragment when an event they listen to (data-live-on) arrives. If the socket
-// is down, the page polls the same fragments every 20 s, so it never goes stale.
+// their fragment when an event they listen to (data-live-on) arrives. Each time the
+// socket opens (the first time too) every fragment is fetched again: what happened
+// between the page's render (a redirect's, say) and the socket, or while it was down, is
+// shown. If the socket is down, the page polls the same fragments every 20 s.
 (function () {
   "use strict";
   var targets = Array.prototype.slice.call(document.querySelectorAll("[data-live-fragment]"));
@@ -15,14 +17,12 @@
     fetch(el.getAttribute("data-live-fragment"), { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
       .then(function (html) {
-        // The fragment comes from our own server, rendered with auto-escaping.
-        if (el.tagName === "TBODY") {
-          var table = document.createElement("table");
-          table.innerHTML = "<tbody>" + html + "</tbody>";
-          el.replaceChildren.apply(el, Array.prototype.slice.call(table.tBodies[0].childNodes));
-        } else {
-          el.innerHTML = html;
-        }
+        // The fragment comes from our own server, rendered with auto-escaping. One that says
+        // what the element shows already is not put in again: nothing a person is reading,
+        // or typing into, is replaced for nothing (the fetch each time the socket opens).
+        var fresh = parse(el, html);
+        if (unmasked(fresh.innerHTML) === unmasked(el.innerHTML)) return;
+        el.replaceChildren.apply(el, Array.prototype.slice.call(fresh.childNodes));
         document.dispatchEvent(new CustomEvent("live:updated", { detail: el }));
       })
       .catch(function () {})
@@ -32,6 +32,21 @@
         if (again) refresh(el);
       });
   }
+
+  function parse(el, html) {
+    if (el.tagName === "TBODY") {
+      var table = document.createElement("table");
+      table.innerHTML = "<tbody>" + html + "</tbody>";
+      return table.tBodies[0];
+    }
+    var holder = document.createElement("div");
+    holder.innerHTML = html;
+    return holder;
+  }
+
+  // CSRF tokens are masked anew in every response: they do not make two renders differ.
+  var TOKEN = /(name="csrfmiddlewaretoken" value=")[^"]*"/g;
+  function unmasked(markup) { return markup.replace(TOKEN, "$1\"").trim(); }
 
   function onEvent(kind, data) {
     document.dispatchEvent(new CustomEvent("live:event", { detail: { type: kind, data: data } }));
@@ -51,8 +66,11 @@
     socket = new WebSocket(scheme + location.host + "/ws/live/");
     socket.onopen = function () {
       retry = 500;
-      document.documentElement.setAttribute("data-live", "connected");
       if (pollTimer) { clearInterval(pollTimer); pollTimer = null; }
+      // Subscribed from now on: catch up with whatever happened before.
+      targets.forEach(refresh);
+      document.dispatchEvent(new CustomEvent("live:connected"));
+      document.documentElement.setAttribute("data-live", "connected");
     };
     socket.onmessage = function (msg) {
       try { var ev = JSON.parse(msg.data); onEvent(ev.type, ev.data || {}); } catch (e) {}

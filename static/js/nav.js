@@ -15,6 +15,7 @@
   }
   var timer = null;
   function soon() { clearTimeout(timer); timer = setTimeout(update, 150); }
+  document.addEventListener("live:connected", update);  // what changed before the socket
   document.addEventListener("live:event", function (e) {
     var t = e.detail.type;
     if (t === "call.changed" || t === "outbox.changed" || t === "outbox.dead_letter") soon();

@@ -244,11 +244,14 @@ def test_a_hostile_tool_description_is_shown_as_text(lab: Lab, login: Callable[.
     expect(cell.locator("img, script")).to_have_count(0)
     not_pwned(page)
 
-    # The live update path (a fragment put in with innerHTML) keeps it text as well.
+    # The live update path (a fragment parsed with innerHTML) keeps it text as well. The
+    # fragment is emptied first: one that says what the page shows is not put in again.
     page.evaluate(
         """() => new Promise(resolve => {
+            const fragment = document.querySelector("[data-live-fragment]");
             document.addEventListener("live:updated", () => resolve(), { once: true });
-            window.PatchbayLive.refresh(document.querySelector("[data-live-fragment]"));
+            fragment.replaceChildren();
+            window.PatchbayLive.refresh(fragment);
         })"""
     )
     expect(cell).to_have_text(HOSTILE)
