@@ -202,6 +202,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "hostapp.dashboard.context_processors.navigation",
             ],
+            "builtins": ["hostapp.core.templatetags.stamps"],
         },
     },
 ]
@@ -373,6 +374,12 @@ if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
 # One JSON object per line with PATCHBAY_LOG_JSON=1 (call ids and idempotency keys
 # travel as fields; no secret is ever logged).
 LOG_JSON = env_bool("PATCHBAY_LOG_JSON", False)
+ROUTINE_TASKS = [
+    "hostapp.outbox.sweep",
+    "hostapp.core.tasks.heartbeat",
+    "hostapp.core.tasks.forget_processes",
+    "hostapp.catalog.probe_all",
+]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -380,7 +387,21 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
         "json": {"()": "hostapp.core.logs.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json" if LOG_JSON else "plain"}},
+    # Routine tasks that did nothing (the sweeper every 5 s, heartbeats, probes) say nothing,
+    # except at DEBUG.
+    "filters": {
+        "routine": {
+            "()": "hostapp.core.logs.QuietRoutine",
+            "tasks": [] if LOG_LEVEL == "DEBUG" else ROUTINE_TASKS,
+        }
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_JSON else "plain",
+            "filters": ["routine"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django": {"level": "INFO" if LOG_LEVEL == "DEBUG" else LOG_LEVEL}},
 }
@@ -389,6 +410,8 @@ LOGGING = {
 
 # How long a call to a destructive tool waits for a person before it expires.
 PATCHBAY_APPROVAL_TTL = env_int("PATCHBAY_APPROVAL_TTL", 15 * 60, minimum=10)
+# Four eyes: a call is approved by someone other than the person who asked for it.
+PATCHBAY_FOUR_EYES = env_bool("PATCHBAY_FOUR_EYES", False)
 # Results larger than this (bytes of JSON) are shown truncated; the full value is a download.
 PATCHBAY_RESULT_DISPLAY_CAP = env_int("PATCHBAY_RESULT_DISPLAY_CAP", 64 * 1024, minimum=1024)
 # Outbox delivery: attempts, backoff (full jitter between 0 and min(cap, base * 2**n)), lease.

@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -226,6 +227,8 @@ def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver
         call = Call.objects.select_for_update().get(pk=call_id)
         if call.status != Call.WAITING:
             raise ApprovalError(f"call #{call.pk} is {call.get_status_display()}, not waiting for approval")
+        if settings.PATCHBAY_FOUR_EYES and is_own(call, approver):
+            raise ApprovalError(f"call #{call.pk} is your own: someone else must approve it (PATCHBAY_FOUR_EYES is on)")
         now = timezone.now()
         tool = Tool.objects.select_related("server").filter(exposed_name=call.tool_name).first()
         void = _void_reason(call, tool)
@@ -259,6 +262,12 @@ def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver
     if refusal:
         raise ApprovalError(refusal)
     return call
+
+
+def is_own(call: Call, person: Any) -> bool:
+    """The person asked for this call themselves (a user; the CLI's stand-in is nobody)."""
+    pk = getattr(person, "pk", None)
+    return pk is not None and call.requester_user_id == pk
 
 
 def _person(user: Any) -> Any:

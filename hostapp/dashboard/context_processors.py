@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 
 from hostapp.calls.models import Call
@@ -33,7 +34,11 @@ SECTION_OF = {
 def navigation(request: HttpRequest) -> dict[str, Any]:
     match = getattr(request, "resolver_match", None)
     current = SECTION_OF.get(match.url_name, match.url_name) if match else None
-    context: dict[str, Any] = {"nav_items": NAVIGATION, "nav_current": current}
+    context: dict[str, Any] = {
+        "nav_items": NAVIGATION,
+        "nav_current": current,
+        "four_eyes": settings.PATCHBAY_FOUR_EYES,  # the approval forms say what it means for your own calls
+    }
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         # Two counts on indexed columns: the badges for approvals and dead letters.

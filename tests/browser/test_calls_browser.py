@@ -8,6 +8,7 @@ import re
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing
+from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -43,8 +44,9 @@ def not_reloaded(page: Page) -> None:
     assert page.evaluate("window.__same_page") is True, "the page was reloaded"
 
 
-def ask_to_delete(page: Page, message_id: str) -> int:
-    """Fill mailbox__delete's form, check the confirmation dialog, confirm; the call's id."""
+def ask_to_delete(page: Page, message_id: str, own_approval: bool = False) -> int:
+    """Fill mailbox__delete's form, check the confirmation dialog, confirm; the call's id.
+    `own_approval`: the caller may approve calls (they see the form on their own call)."""
     page.goto("/catalog/mailbox__delete/")
     expect(page.locator("#call-form")).to_have_attribute("data-confirm", "1")
     field = page.locator('#form-editor [name="root[message_id]"]')
@@ -62,8 +64,8 @@ def ask_to_delete(page: Page, message_id: str) -> int:
     expect(page.locator("#call-status")).to_have_text("waiting for approval")
     expect(page.get_by_role("heading", name="Waiting for approval")).to_be_visible()
     expect(page.locator("#call-arguments")).to_have_text(json.dumps({"message_id": message_id}, indent=2))
-    # The caller cannot decide their own call.
-    expect(page.locator(".decide")).to_have_count(0)
+    if not own_approval:  # The caller (without the approve permission) cannot decide it.
+        expect(page.locator(".decide")).to_have_count(0)
     return pk
 
 
@@ -224,3 +226,54 @@ def test_a_double_click_makes_one_call_and_sending_the_form_again_returns_it(
     assert [c["call_id"] for c in calls if c["arguments"].get("title") == title] == [pk]
     with closing(sqlite3.connect(f"file:{host.data_dir / 'servers' / 'tasks.sqlite3'}?mode=ro", uri=True)) as db:
         assert db.execute("SELECT count(*) FROM tasks WHERE title = ?", (title,)).fetchone()[0] == 1
+
+
+def _ask_from_the_command_line(host: RunningHost, message_id: str) -> int:
+    """`mcp call mailbox__delete` (it waits for approval: exit status 3); the call's id."""
+    proc = host.start_manage(
+        "mcp", "call", "mailbox__delete", "--args", json.dumps({"message_id": message_id}), "--json"
+    )
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 3, (out, err)
+    return int(json.loads(out)["call_id"])
+
+
+def test_what_happens_between_the_render_and_the_socket_is_shown(login: Callable[..., Page], host: RunningHost) -> None:
+    approver = login(*APPROVER)
+    made: list[int] = []
+
+    def in_the_window(route: Any) -> None:
+        # The Pending page is rendered (no call waits), its live script not yet loaded, so
+        # its socket is not open: a call starts waiting now, and no event can reach the page.
+        if not made:
+            made.append(_ask_from_the_command_line(host, "msg-0003"))
+        route.continue_()
+
+    approver.route("**/js/live.js*", in_the_window)
+    approver.goto("/calls/pending/")
+    assert made, "the live script was not requested"
+    live(approver)
+    # Its socket open, the page fetched its state again: the call and the badge are there.
+    expect(approver.locator(f'article.pending-call[data-call="{made[0]}"]')).to_be_visible(timeout=5_000)
+    expect(approver.locator("#nav-pending")).to_have_text("1", timeout=5_000)
+    not_reloaded(approver)
+    host.manage("mcp", "deny", str(made[0]), "--reason", "only a test")
+    expect(approver.locator(f'article.pending-call[data-call="{made[0]}"]')).to_have_count(0)
+
+
+def test_an_approvers_own_call_says_so_where_they_decide_it(login: Callable[..., Page]) -> None:
+    approver = login(*APPROVER)
+    pk = ask_to_delete(approver, "msg-0004", own_approval=True)
+    decide = approver.locator(".decide")
+    expect(decide.locator(".own-call")).to_contain_text("Your own call.")
+    expect(decide.locator(".own-call")).to_contain_text("PATCHBAY_FOUR_EYES=1")
+    approver.goto("/calls/pending/")
+    card = approver.locator(f'article.pending-call[data-call="{pk}"]')
+    expect(card.locator(".own-call")).to_contain_text("Your own call.")
+    # The tool's name as it is, not upper-cased with the card's heading.
+    name = card.get_by_role("heading").locator("code")
+    expect(name).to_have_text("mailbox__delete")
+    assert name.evaluate("el => getComputedStyle(el).textTransform") == "none"
+    card.get_by_label("Reason for denying").fill("asked by mistake")
+    card.get_by_role("button", name="Deny").click()
+    expect(card).to_have_count(0)
