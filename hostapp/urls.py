@@ -15,3 +15,6 @@ urlpatterns = [
     path("", include("hostapp.gateway.urls")),
     path("", include("hostapp.oauth.urls")),
 ]
+
+# Branded error pages: 404.html through Django's own view (with the navigation); 500 here.
+handler500 = "hostapp.dashboard.views.server_error"

@@ -13,8 +13,9 @@ from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.db.models import Count
 from django.db.models.functions import TruncMinute
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
 from django.shortcuts import render
+from django.template import loader
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -158,3 +159,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
         response["WWW-Authenticate"] = 'Bearer realm="patchbay-metrics"'
         return response
     return HttpResponse(prometheus.render(), content_type=CONTENT_TYPE_LATEST)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """The 500 page, with the navigation when it can be had; without it when what failed
+    is what the navigation needs (the database, say)."""
+    try:
+        return render(request, "500.html", status=500)
+    except Exception:  # boundary: the page that says something broke must not break as well
+        return HttpResponseServerError(loader.get_template("500.html").render())

@@ -405,7 +405,10 @@ def test_the_pending_page_shows_what_the_approver_needs_to_decide(ops: Server, a
     assert "Erase a disk. Cannot be undone." in page
     assert '<pre class="arguments">{\n  &quot;disk&quot;: &quot;sdb&quot;,\n  &quot;force&quot;: true\n}</pre>' in page
     assert "Asked by <strong>deploy-bot</strong> (command line)" in page
-    assert f"({timezone.localtime(call.approval_expires_at):%H:%M:%S})" in page
+    expires = timezone.localtime(call.approval_expires_at)
+    # The moment with its time zone, and the exact instant for the machine.
+    assert f"{expires:%H:%M:%S} UTC</time>)" in page
+    assert f'<time datetime="{expires.isoformat(timespec="milliseconds")}">' in page
     assert "expires in 14\xa0minutes" in page or "expires in 15\xa0minutes" in page
     assert f'action="/calls/{call.pk}/approve/"' in page
     assert f'action="/calls/{call.pk}/deny/"' in page

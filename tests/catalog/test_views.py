@@ -70,7 +70,14 @@ def test_it_lists_servers_with_their_tools_reviews_and_errors(plain_client: Clie
     page = body(response)
     assert 'id="server-files"' in page and 'id="server-mail"' in page
     assert f'<a href="{reverse("catalog")}?server=files">3</a>' in page
-    assert f'<a href="{reverse("catalog")}?server=mail">2</a> <span class="badge warn">2 to review</span>' in page
+    # The count to review is a link to exactly those tools.
+    review = f"{reverse('catalog')}?server=mail&amp;status=quarantined"
+    assert (
+        f'<a href="{reverse("catalog")}?server=mail">2</a> <a class="badge warn" href="{review}">2 to review</a>'
+        in page
+    )
+    listed = plain_client.get(f"{reverse('catalog')}?server=mail&status=quarantined").content.decode()
+    assert listed.count('data-tool="') == 2
     assert "mail exited during the handshake" in page
     assert "stale" in page
     # Only staff see the add button and the enable switch.

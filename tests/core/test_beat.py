@@ -38,6 +38,8 @@ class Beat:
             REDIS_URL=redis_url,
             DATABASE_URL=None,
             PATCHBAY_BEAT_LOCK_TTL=str(TTL),
+            # Every task it sends is said (at INFO the routine ones are not).
+            PATCHBAY_LOG_LEVEL="DEBUG",
         )
         (tmp / name).mkdir()
         self.proc = subprocess.Popen(

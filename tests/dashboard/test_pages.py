@@ -1,10 +1,15 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
+from django.contrib.messages.storage.cookie import CookieStorage
 from django.test import Client
 from django.urls import reverse
+from django.utils.functional import SimpleLazyObject
+
+from hostapp.dashboard.views import server_error
 
 PAGES = ["home", "servers", "catalog", "calls", "pending", "outbox", "dead_letters"]
 
@@ -60,3 +65,32 @@ def test_logout_needs_a_post_and_ends_the_session(admin_client: Client) -> None:
     response = admin_client.post(reverse("logout"))
     assert response.status_code == 302
     assert admin_client.get(reverse("home")).status_code == 302
+
+
+def test_a_missing_page_is_a_branded_404_with_the_navigation(client: Client, plain_user: object) -> None:
+    client.force_login(plain_user)  # type: ignore[arg-type]
+    response = client.get("/calls/999999/")
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert "<title>Not found · Patchbay</title>" in page
+    assert 'aria-label="Main"' in page and "Log out" in page
+    response = client.get("/no/such/page/")
+    assert response.status_code == 404 and "<code>/no/such/page/</code>" in response.content.decode()
+
+
+def test_an_error_is_a_branded_500_with_the_navigation_when_it_can_be_had(rf: Any, plain_user: Any) -> None:
+    request = rf.get("/calls/")
+    request.user = plain_user
+    request._messages = CookieStorage(request)
+    response = server_error(request)
+    assert response.status_code == 500
+    page = response.content.decode()
+    assert "Something went wrong" in page and 'aria-label="Main"' in page
+    # When what the navigation needs fails too (the database, for the user), the page still
+    # comes, without the navigation.
+    broken = rf.get("/calls/")
+    broken.user = SimpleLazyObject(lambda: 1 / 0)
+    response = server_error(broken)
+    assert response.status_code == 500
+    assert "Something went wrong" in response.content.decode()
+    assert 'aria-label="Main"' not in response.content.decode()

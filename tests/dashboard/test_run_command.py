@@ -62,6 +62,11 @@ def test_run_starts_everything_logs_in_and_stops_the_whole_group_on_sigterm(tmp_
         assert "Imported the bundled servers from servers/mcp.json" in host.output
         wait_until(lambda: "mailbox__send" in client.get("/catalog/").text, timeout=60, what="a populated catalog")
 
+        # Routine tasks that did nothing leave no line: ready means a heartbeat ran.
+        wait_until(lambda: client.get("/readyz").status_code == 200, timeout=60, what="a worker heartbeat")
+        assert "Sending due task worker-heartbeat" not in host.output
+        assert "hostapp.core.tasks.heartbeat[" not in host.output
+
         # The access log keeps credentials out of query strings (an OAuth callback's code).
         client.get("/oauth/callback/?code=c0de-SECRET-1&state=st4te-SECRET-2&iss=https%3A%2F%2Fas.example")
         wait_until(lambda: "GET /oauth/callback/?" in host.output, timeout=10, what="the access log line")

@@ -77,7 +77,11 @@ def dead_letters_on(html: str) -> list[int]:
 
 def attempt_rows(card_html: str) -> list[tuple[str, str, str]]:
     """(number, worker, outcome) of each attempt in a dead letter's history table."""
-    return re.findall(r'<tr><td>(\d+)</td><td class="small">([^<]*)</td><td[^>]*>[^<]*</td><td>(\w+)</td>', card_html)
+    # The third cell is when it started, a <time> with its zone.
+    return re.findall(
+        r'<tr><td>(\d+)</td><td class="small">([^<]*)</td><td[^>]*>(?:<time [^>]*>[^<]*</time>)?</td><td>(\w+)</td>',
+        card_html,
+    )
 
 
 def status_of(action: Action) -> str:
