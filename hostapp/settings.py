@@ -9,6 +9,7 @@ a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -91,15 +92,22 @@ def _secret_from_file(path: Path, nbytes: int = 50, instead: str = "SECRET_KEY",
         CONFIG_ERRORS.append(("patchbay.E004", f"{path} cannot be read: {exc.strerror}.", hint))
         return make() if make else secrets.token_urlsafe(nbytes)
     value = make() if make else secrets.token_urlsafe(nbytes)
+    # Written whole under another name, then linked into place: a process starting at the
+    # same moment finds either no file or the whole value, never an empty one.
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process created it first
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(value + "\n")
+        os.link(partial, path)
+    except FileExistsError:  # another process put its value there first
         return path.read_text().strip()
     except OSError as exc:
         CONFIG_ERRORS.append(("patchbay.E004", f"{path} cannot be written: {exc.strerror}.", hint))
         return value
-    with os.fdopen(fd, "w") as fh:
-        fh.write(value + "\n")
+    finally:
+        with contextlib.suppress(OSError):
+            partial.unlink()
     return value
 
 
