@@ -19,6 +19,7 @@ IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 # Long enough for a worker round trip on a slow, busy CI machine; expect() polls, it does not sleep.
 EXPECT_TIMEOUT_MS = 20_000
 VIEWPORT = {"width": 1280, "height": 760}
+PHONE = {"width": 390, "height": 844}
 
 
 def _require_chromium() -> str:
@@ -114,8 +115,8 @@ class Sessions:
         self.contexts: list[BrowserContext] = []
         self.page_errors: list[str] = []
 
-    def login(self, username: str = "admin", password: str | None = None) -> Page:
-        context = self.browser.new_context(base_url=self.host.url, viewport=VIEWPORT)
+    def login(self, username: str = "admin", password: str | None = None, viewport: dict[str, int] | None = None) -> Page:
+        context = self.browser.new_context(base_url=self.host.url, viewport=viewport or VIEWPORT)
         context.set_default_timeout(EXPECT_TIMEOUT_MS)
         self.contexts.append(context)
         page = context.new_page()
@@ -141,7 +142,7 @@ def sessions(browser: Browser, host: RunningHost) -> Iterator[Sessions]:
 
 @pytest.fixture
 def login(sessions: Sessions) -> Iterator[Callable[..., Page]]:
-    """`login(username="admin", password=None)`: a new page, logged in, in its own browser context.
+    """`login(username="admin", password=None, viewport=None)`: a new page, logged in, in its own browser context.
 
     After the test, no page may have raised an uncaught script error.
     """
