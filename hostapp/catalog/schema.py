@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hostapp.mcp.sanitize import clean_text
@@ -26,6 +27,11 @@ def _resolve(schema: Any, root: dict[str, Any], seen: frozenset[str]) -> tuple[d
         return {"description": f"(unresolved reference {ref})"}, ref, seen
     merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
     return merged, ref.rsplit("/", 1)[-1], seen | {ref}
+
+
+def _json(value: Any) -> str:
+    """A schema's value as JSON (`null`, `true`, `"x"`), the way the schema itself says it."""
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _types(schema: dict[str, Any]) -> str:
@@ -109,9 +115,9 @@ def _node(
         "maxItems",
     ):
         if key in resolved:
-            node["notes"].append(f"{key}: {clean_text(repr(resolved[key]), 120)}")
+            node["notes"].append(f"{key}: {clean_text(_json(resolved[key]), 120)}")
     if isinstance(resolved.get("enum"), list):
-        node["notes"].append("one of: " + clean_text(", ".join(repr(v) for v in resolved["enum"][:30]), 400))
+        node["notes"].append("one of: " + clean_text(", ".join(_json(v) for v in resolved["enum"][:30]), 400))
     if depth + 1 < MAX_DEPTH and budget[0] > 0:
         node["children"] = _children(resolved, root, depth + 1, inner_seen, budget)
     return node

@@ -1,79 +1,58 @@
-// The call form of a tool page: a form generated from the tool's input schema (the
-// vendored JSON Editor), or raw JSON; validated here for convenience and on the server
-// for real; destructive calls are confirmed in a dialog that shows the exact arguments.
+// The call form of a tool page: a form drawn from the tool's input schema (schema-form.js),
+// or raw JSON; validated here for convenience and on the server for real; destructive calls
+// are confirmed in a dialog that shows the exact arguments.
 (function () {
   "use strict";
   var root = document.getElementById("call-form");
   if (!root) return;
   var schema = JSON.parse(document.getElementById("input-schema").textContent);
   var needsConfirm = root.getAttribute("data-confirm") === "1";
-  var holder = document.getElementById("form-editor");
+  var holder = document.getElementById("call-fields");
   var raw = document.getElementById("raw-arguments");
   var errorsBox = document.getElementById("call-errors");
+  var toggle = document.getElementById("toggle-raw");
   var rawMode = false;
-  var editor = null;
-
-  // The schema comes from an MCP server: untrusted. JSON Editor keywords that render
-  // links or run templates are removed, and its text cleaning (which goes through
-  // innerHTML) is replaced: every text it shows is assigned as plain text anyway.
-  var EDITOR_KEYWORDS = ["options", "links", "headerTemplate", "template", "watch", "enumSource", "media"];
-  function scrub(node) {
-    if (Array.isArray(node)) return node.map(scrub);
-    if (node === null || typeof node !== "object") return node;
-    var out = {};
-    Object.keys(node).forEach(function (key) {
-      if (EDITOR_KEYWORDS.indexOf(key) === -1) out[key] = scrub(node[key]);
-    });
-    return out;
-  }
-  schema = scrub(schema);
-  if (window.JSONEditor) {
-    var plain = function (text) { return text == null ? "" : String(text); };
-    if (JSONEditor.AbstractTheme) JSONEditor.AbstractTheme.prototype.cleanText = plain;
-    if (JSONEditor.AbstractEditor) JSONEditor.AbstractEditor.prototype.cleanText = plain;
-  }
+  var form = null;
 
   try {
-    editor = new JSONEditor(holder, {
-      schema: schema,
-      theme: "html",
-      iconlib: null,
-      ajax: false,             // never fetch a remote $ref
-      disable_edit_json: true,
-      disable_properties: false,
-      disable_collapse: true,
-      show_errors: "interaction",
-      required_by_default: false,
-      remove_empty_properties: true,
-      use_default_values: true,
-      prompt_before_delete: false
-    });
+    form = window.PatchbaySchemaForm.render(holder, schema, { emptyText: "No arguments.", rootLabel: "Arguments" });
   } catch (e) {
     holder.textContent = "This schema cannot be shown as a form; use raw JSON.";
     rawMode = true;
   }
 
-  function currentValue() {
-    if (rawMode) {
-      var text = raw.value.trim();
-      return text ? JSON.parse(text) : {};
-    }
-    return editor.getValue();
+  function rawValue() {
+    var text = raw.value.trim();
+    return text ? JSON.parse(text) : {};
   }
 
   function showMode() {
     holder.hidden = rawMode;
     raw.hidden = !rawMode;
-    document.getElementById("toggle-raw").textContent = rawMode ? "Use the form" : "Edit raw JSON";
+    toggle.textContent = rawMode ? "Use the form" : "Edit raw JSON";
+    toggle.hidden = rawMode && !form;
   }
 
-  document.getElementById("toggle-raw").addEventListener("click", function () {
+  toggle.addEventListener("click", function () {
+    if (!form) return;
     if (!rawMode) {
-      raw.value = JSON.stringify(editor ? editor.getValue() : {}, null, 2);
+      // A JSON field that does not parse would be lost on the way: it is fixed first.
+      var unreadable = form.validate().filter(function (e) { return e.keyword === "json"; });
+      if (unreadable.length) { form.showAllErrors(); showErrors(unreadable); return; }
+      raw.value = JSON.stringify(form.getValue(), null, 2);
       rawMode = true;
-    } else if (editor) {
-      try { editor.setValue(currentValue()); rawMode = false; } catch (e) { showErrors([{ path: "", message: "not valid JSON: " + e.message }]); }
+    } else {
+      var value;
+      try { value = rawValue(); } catch (e) { showErrors([{ path: "", message: "not valid JSON: " + e.message }]); return; }
+      // What the form cannot show stays in the raw JSON: nothing is dropped on the way back.
+      var problems = form.setValue(value);
+      if (problems.length) {
+        showErrors(problems.map(function (p) { return { path: p.path, message: p.message + " (keep editing the raw JSON)" }; }));
+        return;
+      }
+      rawMode = false;
     }
+    showErrors([]);
     showMode();
   });
 
@@ -81,7 +60,8 @@
     errorsBox.replaceChildren();
     errors.forEach(function (err) {
       var li = document.createElement("li");
-      li.textContent = (err.path ? err.path + ": " : "") + err.message;
+      var where = err.label || err.path;
+      li.textContent = (where ? where + ": " : "") + err.message;
       li.setAttribute("data-path", err.path || "");
       errorsBox.appendChild(li);
     });
@@ -198,15 +178,18 @@
     ev.preventDefault();
     if (busy) return;
     var args;
-    try { args = currentValue(); } catch (e) { showErrors([{ path: "", message: "not valid JSON: " + e.message }]); return; }
-    if (editor && !rawMode) {
-      // Validate the value being sent (validate() alone answers from a cache that is
-      // refreshed only on the next animation frame).
-      var problems = editor.validate(args);
+    if (rawMode) {
+      try { args = rawValue(); } catch (e) { showErrors([{ path: "", message: "not valid JSON: " + e.message }]); return; }
+    } else {
+      var problems = form.validate();
       if (problems.length) {
-        showErrors(problems.map(function (p) { return { path: p.path.replace(/^root\.?/, "").replace(/\./g, "/"), message: p.message }; }));
+        form.showAllErrors();
+        showErrors(problems);
+        var first = holder.querySelector('[aria-invalid="true"]');
+        if (first) first.focus();
         return;
       }
+      args = form.getValue();
     }
     showErrors([]);
     if (!needsConfirm) { send(args); return; }

@@ -49,7 +49,7 @@ def ask_to_delete(page: Page, message_id: str, own_approval: bool = False) -> in
     `own_approval`: the caller may approve calls (they see the form on their own call)."""
     page.goto("/catalog/mailbox__delete/")
     expect(page.locator("#call-form")).to_have_attribute("data-confirm", "1")
-    field = page.locator('#form-editor [name="root[message_id]"]')
+    field = page.locator("#call-fields").get_by_label("Message Id", exact=True)
     field.fill(message_id)
     field.blur()
     page.get_by_role("button", name="Ask to call").click()
@@ -75,7 +75,7 @@ def test_a_read_only_tool_is_called_through_the_generated_form(login: Callable[.
     expect(page.get_by_text("Read-only: it runs at once.")).to_be_visible()
     form = page.locator("#call-form")
     expect(form).to_have_attribute("data-confirm", "0")
-    query = form.locator('[name="root[query]"]')
+    query = form.get_by_label("Query", exact=True)
     expect(query).to_be_visible()
     query.fill("invoice")
     form.get_by_role("button", name="Call", exact=True).click()
@@ -161,7 +161,7 @@ def test_a_denied_call_shows_the_reason_on_the_callers_page_live(login: Callable
 def test_pressing_enter_after_typing_asks_with_the_typed_arguments(login: Callable[..., Page]) -> None:
     page = login(*REQUESTER)
     page.goto("/catalog/mailbox__delete/")
-    field = page.locator('#form-editor [name="root[message_id]"]')
+    field = page.locator("#call-fields").get_by_label("Message Id", exact=True)
     field.fill("msg-0003")
     field.press("Enter")
     errors = page.locator("#call-errors")
@@ -182,7 +182,7 @@ def test_a_double_click_makes_one_call_and_sending_the_form_again_returns_it(
     expect(page.get_by_text("it goes to the outbox and is delivered by a worker")).to_be_visible()
     form = page.locator("#call-form")
     title = "Double-clicked task"
-    form.locator('[name="root[title]"]').fill(title)
+    form.get_by_label("Title", exact=True).fill(title)
     key = form.locator('input[name="submit_key"]').input_value()
     assert re.fullmatch(r"[0-9a-f]{32}", key)
     button = page.locator("#call-submit")

@@ -112,7 +112,7 @@ def test_hostile_tool_texts_and_results_are_shown_as_text_and_never_run(page: An
     expect(page.locator("h1")).to_contain_text(f"Render {SCRIPT}")
     expect(page.locator("p.prewrap").first).to_contain_text(SCRIPT)
     expect(page.locator("ul.tree").first).to_contain_text(f"Argument {IMG}")
-    expect(page.locator("#form-editor")).to_contain_text(f"Text {SCRIPT}")
+    expect(page.locator("#call-fields")).to_contain_text(f"Text {SCRIPT}")
     icons = page.locator("img.tool-icon")
     expect(icons).to_have_count(1)
     assert icons.get_attribute("src").startswith("data:image/png;base64,")
