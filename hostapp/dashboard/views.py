@@ -21,9 +21,10 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from hostapp.calls.models import Call
-from hostapp.catalog.models import Server, live_states
+from hostapp.catalog.models import READ_ONLY, Server, live_states
 from hostapp.core import processes
 from hostapp.core.models import Process, WorkerHeartbeat
+from hostapp.gateway.models import AgentToken
 from hostapp.outbox.models import Action, Attempt
 
 from . import metrics as prometheus
@@ -83,11 +84,30 @@ def _chart(series: dict[str, list[int]], width: int = 720, height: int = 160) ->
     }
 
 
+# A call a person decided on that ended denied, expired or blocked was not approved; an
+# approved one moved on to queued, and from there only on (hostapp/calls/life.py MOVES).
+_NOT_APPROVED = (Call.DENIED, Call.EXPIRED, Call.BLOCKED)
+
+
+def first_steps() -> dict[str, bool]:
+    """What a newcomer has done of the Home page's first steps, read from the ledger: one
+    cheap `exists()` each (each stops at the first row it finds)."""
+    steps = {
+        "read_only_call": Call.objects.filter(status=Call.SUCCEEDED, tool_class=READ_ONLY).exists(),
+        "approval": Call.objects.filter(decided_at__isnull=False).exclude(status__in=_NOT_APPROVED).exists(),
+        "token": AgentToken.objects.exists(),
+    }
+    return {**steps, "done": all(steps.values())}
+
+
 def home(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     cutoff = now - HEARTBEAT_STALE_AFTER
     workers = list(WorkerHeartbeat.objects.order_by("hostname"))
-    states = Counter(s.state for s in Server.objects.only("pk", "enabled").prefetch_related(live_states()))
+    states = Counter(
+        (s.state, s.state_word)
+        for s in Server.objects.only("pk", "enabled", "transport").prefetch_related(live_states())
+    )
     outbox = dict.fromkeys((s for s, _ in Action.STATUSES), 0)
     outbox.update(Action.objects.values("status").annotate(n=Count("id")).values_list("status", "n"))
     alive = Process.objects.filter(seen_at__gte=processes.alive_since()).values_list("role", flat=True)
@@ -101,6 +121,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "outbox": outbox,
         "dead": outbox["dead"] + outbox["unknown"],
         "chart": _chart(_per_minute(now)),
+        "first_steps": first_steps(),
     }
     template = "dashboard/_home.html" if request.GET.get("fragment") == "1" else "dashboard/home.html"
     return render(request, template, context)

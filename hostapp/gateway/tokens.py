@@ -1,9 +1,12 @@
-"""Agent tokens: create (shown once), revoke, authenticate."""
+"""Agent tokens: create (shown once), revoke, authenticate; how each MCP client is given one."""
 
 from __future__ import annotations
 
+import json
 import secrets
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.db import transaction
 from django.utils import timezone
@@ -64,3 +67,67 @@ def authenticate(token: str) -> AgentToken | None:
     if agent.last_used_at is None or (now - agent.last_used_at).total_seconds() > 60:
         AgentToken.objects.filter(pk=agent.pk).update(last_used_at=now)
     return agent
+
+
+# --- client configuration -------------------------------------------------------------------
+
+# mcp-remote takes plain http:// only for these hosts (else it wants --allow-http).
+_MCP_REMOTE_LOCAL_HOSTS = ("localhost", "127.0.0.1")
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """What to paste into one MCP client to reach the host's endpoint with a token."""
+
+    key: str  # an id for the page (and its tests)
+    client: str
+    where: str  # where it goes: a terminal, or a configuration file
+    text: str
+    note: str = ""
+
+
+def client_snippets(endpoint: str, token: str, name: str = "patchbay") -> list[Snippet]:
+    """Ready configuration for the clients people use, for the absolute `/mcp` URL `endpoint`.
+
+    A token is `pb_` and URL-safe base64 (letters, digits, `-`, `_`): it needs no quoting in
+    a shell's double quotes, nor any escape in JSON.
+    """
+    bearer = f"Bearer {token}"
+    headers = {"Authorization": bearer}
+    bridge = ["mcp-remote", endpoint, "--header", "Authorization:${AUTH_HEADER}"]
+    parts = urlsplit(endpoint)
+    if parts.scheme == "http" and parts.hostname not in _MCP_REMOTE_LOCAL_HOSTS:
+        bridge.append("--allow-http")
+    desktop = {"mcpServers": {name: {"command": "npx", "args": bridge, "env": {"AUTH_HEADER": bearer}}}}
+    return [
+        Snippet(
+            "claude-code",
+            "Claude Code",
+            "in a terminal",
+            f'claude mcp add --transport http {name} {endpoint} --header "Authorization: {bearer}"',
+        ),
+        Snippet(
+            "cursor",
+            "Cursor",
+            "~/.cursor/mcp.json (or .cursor/mcp.json in a project)",
+            json.dumps({"mcpServers": {name: {"url": endpoint, "headers": headers}}}, indent=2),
+        ),
+        Snippet(
+            "vscode",
+            "VS Code",
+            ".vscode/mcp.json in the workspace",
+            json.dumps({"servers": {name: {"type": "http", "url": endpoint, "headers": headers}}}, indent=2),
+        ),
+        Snippet(
+            "claude-desktop",
+            "Claude Desktop",
+            "claude_desktop_config.json (Settings, Developer, Edit Config)",
+            json.dumps(desktop, indent=2),
+            note=(
+                "Claude Desktop's configuration file starts local programs only, and its Connectors "
+                "settings take OAuth, not a bearer token: the mcp-remote bridge (Node.js, run by npx) "
+                "connects it to this URL and sends the header. The header is passed through an "
+                "environment variable because some clients split arguments at spaces."
+            ),
+        ),
+    ]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
@@ -7,36 +8,73 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from hostapp.catalog.models import Server
+from hostapp.core import crypto
 from hostapp.core.http import staff_required
 
 from . import tokens
 from .models import AgentToken
 
+# The token just created, kept in the session (encrypted, as every stored secret) from the
+# POST that made it to the one page that shows it: a reload shows the page, never the token
+# again, and never sends the form again.
+NEW_TOKEN_KEY = "gateway.new_token"
+
+
+def endpoint_url(request: HttpRequest) -> str:
+    """The agents' endpoint: under PATCHBAY_PUBLIC_URL when set, else the address the browser used."""
+    if settings.PATCHBAY_PUBLIC_URL:
+        return settings.PATCHBAY_PUBLIC_URL.rstrip("/") + "/mcp"
+    return request.build_absolute_uri("/mcp")
+
 
 @staff_required
 def agents(request: HttpRequest) -> HttpResponse:
-    new_token = None
     if request.method == "POST":
-        name = request.POST.get("name", "").strip()
-        servers = request.POST.getlist("servers")
-        try:
-            agent, new_token = tokens.create_token(name, servers, request.user)
-        except tokens.TokenError as exc:
-            messages.error(request, str(exc))
-        except ValidationError as exc:
-            messages.error(request, "; ".join(exc.messages))
-        else:
-            messages.success(request, f"Created a token for {agent.name}. Copy it now: it is not shown again.")
+        return _create(request)
+    new_token = _take_new_token(request)
+    endpoint = endpoint_url(request)
     context = {
         "tokens": AgentToken.objects.order_by("revoked_at", "name"),
         "servers": Server.objects.order_by("name").values_list("name", flat=True),
         "new_token": new_token,
-        "endpoint": request.build_absolute_uri("/mcp"),
+        "snippets": tokens.client_snippets(endpoint, new_token["token"]) if new_token else [],
+        "endpoint": endpoint,
     }
     response = render(request, "gateway/agents.html", context)
     if new_token:
+        # Not kept by the browser either: the back button does not show it again.
         response["Cache-Control"] = "no-store"
     return response
+
+
+def _create(request: HttpRequest) -> HttpResponse:
+    name = request.POST.get("name", "").strip()
+    servers = request.POST.getlist("servers")
+    try:
+        agent, token = tokens.create_token(name, servers, request.user)
+    except tokens.TokenError as exc:
+        messages.error(request, str(exc))
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    else:
+        request.session[NEW_TOKEN_KEY] = {"name": agent.name, "token": crypto.encrypt(token)}
+        messages.success(request, f"Created a token for {agent.name}. Copy it now: it is not shown again.")
+    return redirect("agents")
+
+
+def _take_new_token(request: HttpRequest) -> dict[str, str] | None:
+    """The token created by this session's last POST, once: it leaves the session as it is read."""
+    kept = request.session.pop(NEW_TOKEN_KEY, None)
+    if not kept:
+        return None
+    try:
+        return {"name": kept["name"], "token": crypto.decrypt(kept["token"])}
+    except crypto.SecretUnreadable:
+        messages.error(
+            request,
+            f"The new token of {kept['name']} cannot be shown (the encryption key changed): revoke it and create another.",
+        )
+        return None
 
 
 @require_POST
