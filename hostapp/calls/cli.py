@@ -87,7 +87,7 @@ def cmd_call(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) ->
         err.write(exc.message)
         return EXIT_USAGE
     deadline = time.monotonic() + max(0.0, options["wait"])
-    while not call.final and call.status != Call.UNKNOWN and time.monotonic() < deadline:
+    while not call.ended and time.monotonic() < deadline:
         time.sleep(0.1)
         call.refresh_from_db()
     _print(call, out, options["json"])

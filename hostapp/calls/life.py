@@ -15,9 +15,11 @@ from            to
                 (run at once), blocked (refused by the policy)
 waiting         queued (approved), denied (or approved, but void since), expired,
                 blocked (approved, but the policy refuses it now)
-queued          running (a worker took it), failed (discarded)
-running         succeeded, failed, unknown (the outcome is not known), queued (a retry)
-failed          queued (redriven), failed (a dead letter discarded)
+queued          running (a worker took it), failed (discarded), dead (a dead letter)
+running         succeeded, failed, dead (its delivery is a dead letter), unknown (the
+                outcome is not known), queued (a retry)
+dead            queued (redriven), failed (discarded)
+failed          queued (redriven: a row from before dead letters had a state of their own)
 unknown         queued (redriven), succeeded (a person checked it did), failed (discarded)
 succeeded,
 denied, expired,
@@ -57,8 +59,9 @@ NEW = None
 MOVES: dict[str | None, frozenset[str]] = {
     NEW: frozenset({Call.WAITING, Call.QUEUED, Call.RUNNING, Call.BLOCKED}),
     Call.WAITING: frozenset({Call.QUEUED, Call.DENIED, Call.EXPIRED, Call.BLOCKED}),
-    Call.QUEUED: frozenset({Call.RUNNING, Call.FAILED}),
-    Call.RUNNING: frozenset({Call.SUCCEEDED, Call.FAILED, Call.UNKNOWN, Call.QUEUED}),
+    Call.QUEUED: frozenset({Call.RUNNING, Call.FAILED, Call.DEAD}),
+    Call.RUNNING: frozenset({Call.SUCCEEDED, Call.FAILED, Call.DEAD, Call.UNKNOWN, Call.QUEUED}),
+    Call.DEAD: frozenset({Call.QUEUED, Call.FAILED}),
     Call.FAILED: frozenset({Call.QUEUED, Call.FAILED}),
     Call.UNKNOWN: frozenset({Call.QUEUED, Call.SUCCEEDED, Call.FAILED}),
     Call.SUCCEEDED: frozenset(),

@@ -42,6 +42,7 @@ class Call(models.Model):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    DEAD = "dead"  # its delivery is a dead letter: a person redrives or discards it
     UNKNOWN = "unknown"  # outcome unknown: a person decides
     DENIED = "denied"
     EXPIRED = "expired"
@@ -52,12 +53,16 @@ class Call(models.Model):
         (RUNNING, "running"),
         (SUCCEEDED, "succeeded"),
         (FAILED, "failed"),
+        (DEAD, "dead letter"),
         (UNKNOWN, "outcome unknown"),
         (DENIED, "denied"),
         (EXPIRED, "expired"),
         (BLOCKED, "blocked"),
     ]
     FINAL = (SUCCEEDED, FAILED, DENIED, EXPIRED, BLOCKED)
+    # Nothing more happens to these without a person (a dead letter, an unknown outcome):
+    # whoever waits for the call's end stops waiting.
+    PARKED = (DEAD, UNKNOWN)
 
     # Decisions
     RUN, OUTBOX, ASK, REFUSE = "run", "outbox", "ask", "refuse"
@@ -136,6 +141,17 @@ class Call(models.Model):
     def final(self) -> bool:
         return self.status in self.FINAL
 
+    @property
+    def ended(self) -> bool:
+        """Final, or parked until a person acts: nothing more happens by itself."""
+        return self.status in self.FINAL or self.status in self.PARKED
+
+    @property
+    def error_heading(self) -> str:
+        """How the call page introduces its error."""
+        kind = (self.error or {}).get("kind", "")
+        return ERROR_HEADINGS.get(kind) or f"{str(kind).capitalize() or 'An'} error"
+
     def summary(self) -> dict[str, Any]:
         """What a caller is told: the CLI's --json, the agents' status tool, the API."""
         return {
@@ -150,6 +166,14 @@ class Call(models.Model):
         }
 
 
+ERROR_HEADINGS = {
+    "tool": "The tool reported an error",
+    "policy": "Refused by the policy",
+    "discarded": "Discarded",
+    "ambiguous": "Outcome unknown",
+}
+
+
 class CallEvent(models.Model):
     """The history of a call, one row per thing that happened to it."""
 
@@ -162,5 +186,30 @@ class CallEvent(models.Model):
     class Meta:
         ordering = ["id"]
 
+    # The words of the history: the same as the states' where an event makes one.
+    WORDS = {
+        "created": "asked",
+        "approved": "approved",
+        "denied": "denied",
+        "expired": "expired",
+        "blocked": "blocked",
+        "succeeded": "succeeded",
+        "failed": "failed",
+        "retry_scheduled": "failed, to be retried",
+        "dead_lettered": "dead letter",
+        "outcome_unknown": "outcome unknown",
+        "lease_expired": "worker lost",
+        "redriven": "redriven",
+        "discarded": "discarded",
+        "done": "marked done",
+        "rule_created": "rule created",
+        "rule_kept": "rule kept",
+        "queued": "queued",
+    }
+
     def __str__(self) -> str:
         return f"{self.kind} by {self.actor or 'the host'}"
+
+    @property
+    def word(self) -> str:
+        return self.WORDS.get(self.kind, self.kind.replace("_", " "))

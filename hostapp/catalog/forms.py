@@ -23,26 +23,38 @@ def _parse_pairs(text: str, sep: str, label: str) -> dict[str, str]:
 
 
 OAUTH_FIELDS = {"clientId": "oauth_client_id", "clientSecret": "oauth_client_secret", "scope": "oauth_scope"}
+_OVER_HTTP = (Server.HTTP, Server.SSE)
+# The transports a field is for; the form shows the chosen transport's (the others are
+# ignored when it is saved). A field not named here is for every transport.
+TRANSPORT_OF_FIELD: dict[str, tuple[str, ...]] = {
+    "command": (Server.STDIO,),
+    "args": (Server.STDIO,),
+    "env": (Server.STDIO,),
+    "cwd": (Server.STDIO,),
+    "url": _OVER_HTTP,
+    "headers": _OVER_HTTP,
+    "oauth_client_id": _OVER_HTTP,
+    "oauth_client_secret": _OVER_HTTP,
+    "oauth_scope": _OVER_HTTP,
+}
 
 
 class ServerForm(forms.Form):
     name = forms.CharField(max_length=32, help_text="A slug: lowercase letters, digits and inner hyphens.")
     transport = forms.ChoiceField(choices=Server.TRANSPORTS)
-    command = forms.CharField(required=False, max_length=500, help_text="stdio: the program to start.")
-    args = forms.CharField(
-        required=False, widget=forms.TextInput, help_text="stdio: arguments, as a shell would split them."
-    )
+    command = forms.CharField(required=False, max_length=500, help_text="The program to start.")
+    args = forms.CharField(required=False, widget=forms.TextInput, help_text="Arguments, as a shell would split them.")
     env = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text=f"stdio: KEY=value per line. Stored values show as {SECRET_MASK}; leave them to keep them.",
+        help_text=f"KEY=value per line. Stored values show as {SECRET_MASK}; leave them to keep them.",
     )
     cwd = forms.CharField(required=False, max_length=500, label="Working directory")
-    url = forms.CharField(required=False, max_length=500, label="URL", help_text="HTTP: the MCP endpoint.")
+    url = forms.CharField(required=False, max_length=500, label="URL", help_text="The MCP endpoint.")
     headers = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text=f"HTTP: Name: value per line. Stored values show as {SECRET_MASK}; leave them to keep them.",
+        help_text=f"Name: value per line. Stored values show as {SECRET_MASK}; leave them to keep them.",
     )
     oauth_client_id = forms.CharField(
         required=False,
@@ -82,6 +94,8 @@ class ServerForm(forms.Form):
         super().__init__(*args, **kwargs)
         if instance is not None:
             self.fields["name"].disabled = True
+        for name, field in self.fields.items():
+            field.transports = " ".join(TRANSPORT_OF_FIELD.get(name, ()))  # type: ignore[attr-defined]
 
     def clean_args(self) -> list[str]:
         try:

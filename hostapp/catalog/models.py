@@ -142,6 +142,8 @@ class Server(models.Model):
         cached = getattr(self, "_live_states", None)
         if cached is None:
             cached = list(ServerState.objects.live().filter(server=self))
+            for state in cached:
+                state.server = self  # their word depends on the transport (`state_word`)
         return sorted(cached, key=lambda s: (SEVERITY.get(s.state, 0), s.process.name), reverse=True)
 
     @property
@@ -157,6 +159,10 @@ class Server(models.Model):
             return "disabled"
         worst = self.worst
         return worst.state if worst is not None else "idle"
+
+    @property
+    def state_word(self) -> str:
+        return state_word(self.state, self.transport)
 
     @property
     def state_at(self) -> Any:
@@ -233,6 +239,17 @@ SEVERITY = {
 }
 
 
+# What pages call each state. A server over HTTP whose circuit opened did not crash: it
+# could not be reached (or kept failing) often enough in a short window.
+STATE_WORDS = {"needs-authorization": "needs authorization"}
+
+
+def state_word(state: str, transport: str) -> str:
+    if state == "crash-looping" and transport != Server.STDIO:
+        return "unreachable"
+    return STATE_WORDS.get(state, state)
+
+
 class ServerStateQuerySet(models.QuerySet["ServerState"]):
     def live(self) -> ServerStateQuerySet:
         """Of processes seen lately (hostapp/core/processes.py), with their process."""
@@ -261,6 +278,10 @@ class ServerState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.server_id} in {self.process_id}: {self.state}"
+
+    @property
+    def word(self) -> str:
+        return state_word(self.state, self.server.transport)
 
 
 # What a tool's pin covers: everything that changes what calling it means.

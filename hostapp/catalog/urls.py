@@ -11,6 +11,7 @@ urlpatterns = [
     path("servers/refresh/", views.server_refresh_all, name="server_refresh_all"),
     path("servers/<slug:name>/", views.server_detail, name="server"),
     path("servers/<slug:name>/refresh/", views.server_refresh, name="server_refresh"),
+    path("servers/<slug:name>/review/", views.server_review, name="server_review"),
     path("servers/<slug:name>/enable/", views.server_enable, name="server_enable"),
     path("servers/<slug:name>/delete/", views.server_delete, name="server_delete"),
     path("catalog/", views.catalog, name="catalog"),

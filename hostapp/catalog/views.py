@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import difflib
 import json
 import uuid
 from typing import Any
@@ -12,6 +11,7 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from hostapp.calls.policy import decide
@@ -21,6 +21,7 @@ from hostapp.mcp.config import ConfigError
 from . import actions
 from .forms import ServerForm
 from .models import CLASS_CHOICES, Server, Tool, live_states
+from .review import review
 from .schema import schema_tree
 from .tasks import queue_refresh, request_refresh
 
@@ -98,7 +99,7 @@ def server_add(request: HttpRequest) -> HttpResponse:
         queue_refresh(server.name, reason="added")
         messages.success(request, f"Added {server.name}; its tools are being listed.")
         return redirect("servers")
-    return render(request, "catalog/server_form.html", {"form": form, "server": None})
+    return render(request, "catalog/server_form.html", {"form": form, "server": None, "cancel_url": reverse("servers")})
 
 
 def _apply_config(server: Server, config: Any) -> None:
@@ -135,14 +136,24 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
             return redirect("server", name=server.name)
     else:
         form = ServerForm(instance=server)
-    tools = server.tools.order_by("exposed_name")
+    tools = list(server.tools.order_by("exposed_name"))
     try:
         credential = server.credential  # the OAuth app's, if the server asked for authorization
     except ObjectDoesNotExist:
         credential = None
-    return render(
-        request, "catalog/server.html", {"server": server, "form": form, "tools": tools, "credential": credential}
-    )
+    context = {
+        "server": server,
+        "form": form,
+        "tools": tools,
+        "quarantined": sum(t.status == Tool.QUARANTINED for t in tools),
+        "credential": credential,
+        # Authorization is shown (and Connect offered) where the server asked for it, or an
+        # admin registered an OAuth client for it beforehand.
+        "authorization": server.transport != Server.STDIO
+        and (credential is not None or server.needs_authorization or bool(server.oauth_client_id)),
+        "cancel_url": reverse("server", args=[server.name]),
+    }
+    return render(request, "catalog/server.html", context)
 
 
 @require_POST
@@ -245,28 +256,6 @@ def catalog(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-def _pretty(value: Any) -> list[str]:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False).splitlines() if value is not None else []
-
-
-def side_by_side(old: Any, new: Any) -> list[tuple[str, str, str]]:
-    """Rows of (kind, old line, new line); kind is equal, changed, removed or added."""
-    a, b = _pretty(old), _pretty(new)
-    rows: list[tuple[str, str, str]] = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if op == "equal":
-            rows.extend(("equal", a[i], b[j]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True))
-        elif op == "replace":
-            left, right = a[i1:i2], b[j1:j2]
-            for k in range(max(len(left), len(right))):
-                rows.append(("changed", left[k] if k < len(left) else "", right[k] if k < len(right) else ""))
-        elif op == "delete":
-            rows.extend(("removed", line, "") for line in a[i1:i2])
-        else:
-            rows.extend(("added", "", line) for line in b[j1:j2])
-    return rows
-
-
 def tool_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
     tool = get_object_or_404(Tool.objects.select_related("server", "accepted_by"), exposed_name=exposed_name)
     claimed = tool.annotations
@@ -278,7 +267,7 @@ def tool_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
         "input_tree": schema_tree(tool.input_schema),
         "output_tree": schema_tree(tool.output_schema) if tool.output_schema else None,
         "definition_json": json.dumps(tool.definition, indent=2, sort_keys=True, ensure_ascii=False),
-        "diff": side_by_side(tool.pinned_definition, tool.definition) if tool.status == Tool.QUARANTINED else None,
+        "review": review(tool) if tool.status == Tool.QUARANTINED else None,
         "can_review": request.user.has_perm("catalog.review_tool"),
         "class_choices": CLASS_CHOICES,
         "decision": decide(tool),
@@ -298,6 +287,33 @@ def tool_accept(request: HttpRequest, exposed_name: str) -> HttpResponse:
     actions.accept_tool(tool, request.user)
     messages.success(request, f"Accepted {tool.exposed_name}; it can be called again.")
     return redirect("tool", exposed_name=exposed_name)
+
+
+def server_review(request: HttpRequest, name: str) -> HttpResponse:
+    """Every quarantined tool of one server, each as its own page shows it, and one button
+    that accepts them all: each at the definition shown here (a tool that changed again
+    since the page was rendered is left quarantined, and said so)."""
+    server = get_object_or_404(Server, name=name)
+    tools = list(server.tools.filter(status=Tool.QUARANTINED).select_related("server").order_by("exposed_name"))
+    if request.method == "POST":
+        if not request.user.has_perm("catalog.review_tool"):
+            return HttpResponse("You need the review permission to accept tools.", status=403)
+        seen = dict(pair.partition(":")[::2] for pair in request.POST.getlist("seen"))
+        accepted = [t for t in tools if seen.get(t.exposed_name) == t.definition_hash]
+        for tool in accepted:
+            actions.accept_tool(tool, request.user)
+        if accepted:
+            messages.success(request, f"Accepted {len(accepted)} tool{'s' if len(accepted) != 1 else ''} of {name}.")
+        moved = [t.exposed_name for t in tools if t not in accepted and t.exposed_name in seen]
+        if moved:
+            messages.error(request, f"Changed again while you were reviewing, left to review: {', '.join(moved)}.")
+        return redirect("server_review", name=name) if moved else redirect("server", name=name)
+    context = {
+        "server": server,
+        "reviews": [(t, review(t)) for t in tools],
+        "can_review": request.user.has_perm("catalog.review_tool"),
+    }
+    return render(request, "catalog/server_review.html", context)
 
 
 @require_POST

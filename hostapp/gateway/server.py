@@ -242,11 +242,12 @@ def result_for(call: Call) -> types.CallToolResult:
         )
     if call.status == Call.BLOCKED:
         return _text_result(f"Call #{call.pk} was refused: {(call.error or {}).get('message', '')}", is_error=True)
-    if call.status == Call.FAILED:
+    if call.status in (Call.FAILED, Call.DEAD):
         if call.result is not None and call.result.get("isError"):
             return _upstream_result(call.result)
+        parked = " (a dead letter now: a person may redrive or discard it)" if call.status == Call.DEAD else ""
         return _text_result(
-            f"Call #{call.pk} failed: {(call.error or {}).get('message', 'unknown error')}", is_error=True
+            f"Call #{call.pk} failed{parked}: {(call.error or {}).get('message', 'unknown error')}", is_error=True
         )
     if call.status == Call.UNKNOWN:
         return _text_result(
@@ -531,7 +532,7 @@ class Gateway:
         if call is None:
             return _text_result(f"You have no call #{call_id}.", is_error=True)
         summary = {"call_id": call.pk, "tool": call.tool_name, "status": call.status}
-        if call.final or call.status == Call.UNKNOWN:
+        if call.ended:
             final = result_for(call)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=json.dumps(summary)), *final.content],

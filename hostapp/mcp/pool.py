@@ -534,8 +534,9 @@ class Pool:
                 return slot, conn
             now = time.monotonic()
             if slot.state == CRASH_LOOPING and slot.circuit_until is not None:
+                what = "is crash-looping" if slot.config.transport == "stdio" else "cannot be reached"
                 failure = errors.transport_error(
-                    f"{name} is crash-looping; retried in {max(0.0, slot.circuit_until - now):.0f}s"
+                    f"{name} {what}; retried in {max(0.0, slot.circuit_until - now):.0f}s"
                     + (f" (last error: {slot.last_error.message})" if slot.last_error else ""),
                     reason="circuit_open",
                     server=name,

@@ -163,7 +163,7 @@ CALL_STATUS = {
     Action.PENDING: Call.QUEUED,
     Action.LEASED: Call.RUNNING,
     Action.DONE: Call.SUCCEEDED,
-    Action.DEAD: Call.FAILED,
+    Action.DEAD: Call.DEAD,
     Action.UNKNOWN: Call.UNKNOWN,
     Action.DISCARDED: Call.FAILED,
 }

@@ -115,7 +115,9 @@ class Sessions:
         self.contexts: list[BrowserContext] = []
         self.page_errors: list[str] = []
 
-    def login(self, username: str = "admin", password: str | None = None, viewport: dict[str, int] | None = None) -> Page:
+    def login(
+        self, username: str = "admin", password: str | None = None, viewport: dict[str, int] | None = None
+    ) -> Page:
         context = self.browser.new_context(base_url=self.host.url, viewport=viewport or VIEWPORT)
         context.set_default_timeout(EXPECT_TIMEOUT_MS)
         self.contexts.append(context)

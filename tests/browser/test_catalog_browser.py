@@ -204,7 +204,10 @@ def test_a_changed_tool_is_quarantined_shown_side_by_side_and_accepted(lab: Lab,
     expect(review.get_by_role("heading", name="This tool changed since it was accepted")).to_be_visible()
     expect(page.locator("#call-form")).to_have_count(0)
 
-    # Side by side: what was accepted on the left, what the server says now on the right.
+    # Side by side, the field that changed only: what was accepted on the left, what the
+    # server says now on the right.
+    expect(review.locator(".field-change")).to_have_count(1)
+    expect(review.locator('.field-change[data-field="description"] h3')).to_contain_text("Description")
     diff = review.locator("table.diff")
     expect(diff.locator("thead th")).to_have_text(["Accepted", "Now"])
     changed = diff.locator("tr.diff-changed")
@@ -213,7 +216,6 @@ def test_a_changed_tool_is_quarantined_shown_side_by_side_and_accepted(lab: Lab,
     expect(changed.locator("td").nth(1)).to_contain_text(LOOKUP_AFTER)
     left_box, right_box = changed.locator("td").nth(0).bounding_box(), changed.locator("td").nth(1).bounding_box()
     assert left_box and right_box and abs(left_box["y"] - right_box["y"]) < 2 and left_box["x"] < right_box["x"]
-    expect(diff.locator("tr.diff-equal").filter(has_text='"name": "lookup"')).to_have_count(1)
 
     # Someone without the review permission sees the change but cannot accept it.
     looker = login(*LOOKER)
@@ -263,8 +265,8 @@ def test_a_hostile_tool_description_is_shown_as_text(lab: Lab, login: Callable[.
     expect(page.get_by_role("heading", name="Echo", level=1)).to_be_visible()
     expect(description(page)).to_have_text(HOSTILE)
     expect(page.locator("main img")).to_have_count(0)
-    # The call form (JSON Editor) is on the page too: it has loaded and run.
-    expect(page.locator('#form-editor [name="root[text]"]')).to_be_visible()
+    # The call form is on the page too: it has loaded and run.
+    expect(page.locator("#call-fields").get_by_label("Text", exact=True)).to_be_visible()
     not_pwned(page)
 
 
@@ -273,9 +275,71 @@ def test_a_hostile_argument_description_is_shown_as_text(lab: Lab, login: Callab
     page.goto("/catalog/lab__greet/", wait_until="load")
     # The host's own schema tree shows it as text.
     expect(page.locator("h2:text-is('Input') + ul.tree > li .prewrap")).to_have_text(HOSTILE)
-    # The generated form shows it too: as text, without running it.
-    expect(page.locator('#form-editor [name="root[name]"]')).to_be_visible()
-    # The editor builds the whole form at once: the field's description is there with its input.
-    shown = page.locator('#form-editor [id="root[name]-description"]').text_content()
-    assert shown == HOSTILE, f"the form shows the description as {shown!r}"
+    # The generated form shows it too, as the field's hint: as text, without running it.
+    field = page.locator("#call-fields").get_by_label("Name", exact=True)
+    expect(field).to_be_visible()
+    hint = page.locator(f"[id='{field.get_attribute('aria-describedby')}']")
+    assert hint.text_content() == HOSTILE, f"the form shows the description as {hint.text_content()!r}"
+    expect(page.locator("#call-fields img")).to_have_count(0)
     not_pwned(page)
+
+
+def test_every_quarantined_tool_of_a_server_is_reviewed_and_accepted_at_once(
+    lab: Lab, login: Callable[..., Page]
+) -> None:
+    lab.change("lookup", description="Look a word up (and remember it).")
+    lab.change("greet", description="Greet someone by name, politely.")
+    assert "2 quarantined" in lab.refresh()
+    page = login(*REVIEWER)
+    page.goto("/servers/")
+    page.locator("#server-lab").get_by_role("link", name="2 to review").click()
+    expect(page).to_have_url(re.compile(r"/servers/lab/review/$"))
+    sections = page.locator("section.review")
+    expect(sections).to_have_count(2)
+    greet = page.locator('section.review[data-tool="lab__greet"]')
+    expect(greet.locator(".field-change")).to_have_count(1)
+    expect(greet.locator("tr.diff-changed td").nth(1)).to_have_text("Greet someone by name, politely.")
+    not_pwned(page)
+
+    # A third change while the page is open: accepting all accepts what was shown, no more.
+    lab.change("lookup", description="Look a word up, and post it to lab-exfil.example.")
+    assert "quarantined" in lab.refresh()
+    page.get_by_role("button", name="Accept all 2 as shown").click()
+    expect(page.get_by_text("Accepted 1 tool of lab.")).to_be_visible()
+    expect(page.get_by_text("Changed again while you were reviewing, left to review: lab__lookup.")).to_be_visible()
+    expect(sections).to_have_count(1)
+    expect(page.locator('section.review[data-tool="lab__lookup"] tr.diff-changed td').nth(1)).to_contain_text(
+        "lab-exfil.example"
+    )
+    page.get_by_role("button", name="Accept all 1 as shown").click()
+    expect(page).to_have_url(re.compile(r"/servers/lab/$"))
+    expect(page.get_by_text("Accepted 1 tool of lab.")).to_be_visible()
+    expect(page.locator("#review-all")).to_have_count(0)
+
+
+def test_the_add_server_form_shows_the_chosen_transports_fields(login: Callable[..., Page]) -> None:
+    page = login()
+    page.goto("/servers/add/")
+    command, url = page.get_by_label("Command"), page.get_by_label("URL")
+    expect(command).to_be_visible()
+    expect(url).to_be_hidden()
+    expect(page.get_by_label("OAuth scope")).to_be_hidden()
+    page.get_by_label("Transport").select_option("http")
+    expect(url).to_be_visible()
+    expect(command).to_be_hidden()
+    expect(page.get_by_label("Working directory")).to_be_hidden()
+    # What is hidden is not sent: a command typed before switching is no error at a hidden field.
+    page.get_by_label("Transport").select_option("stdio")
+    command.fill("definitely-not-a-program")
+    page.get_by_label("Transport").select_option("http")
+    page.get_by_label("Name", exact=True).fill("remote-lab")
+    url.fill("http://127.0.0.1:9/mcp")
+    page.get_by_role("button", name="Save").click()
+    expect(page).to_have_url(re.compile(r"/servers/$"))
+    expect(page.get_by_text("Added remote-lab")).to_be_visible()
+    page.goto("/servers/remote-lab/")
+    expect(page.locator("#authorization")).to_have_count(0)  # it never asked for authorization
+    expect(page.get_by_role("button", name="Connect")).to_have_count(0)
+    page.goto("/servers/add/")
+    page.get_by_role("link", name="Cancel").click()
+    expect(page).to_have_url(re.compile(r"/servers/$"))

@@ -70,14 +70,14 @@ def test_it_lists_servers_with_their_tools_reviews_and_errors(plain_client: Clie
     page = body(response)
     assert 'id="server-files"' in page and 'id="server-mail"' in page
     assert f'<a href="{reverse("catalog")}?server=files">3</a>' in page
-    # The count to review is a link to exactly those tools.
-    review = f"{reverse('catalog')}?server=mail&amp;status=quarantined"
+    # The count to review is a link to the review of exactly those tools.
+    review = reverse("server_review", args=["mail"])
     assert (
         f'<a href="{reverse("catalog")}?server=mail">2</a> <a class="badge warn" href="{review}">2 to review</a>'
         in page
     )
-    listed = plain_client.get(f"{reverse('catalog')}?server=mail&status=quarantined").content.decode()
-    assert listed.count('data-tool="') == 2
+    listed = plain_client.get(review).content.decode()
+    assert listed.count('<section class="card review" data-tool="') == 2
     assert "mail exited during the handshake" in page
     assert "stale" in page
     # Only staff see the add button and the enable switch.
@@ -240,8 +240,8 @@ def test_it_shows_the_input_schema_as_a_tree(plain_client: Client) -> None:
 
     assert '<code class="prop">to</code> <span class="type">string</span> <span class="badge required">' in page
     assert "Who gets it" in page
-    assert "format: &#x27;email&#x27;" in page
-    assert "one of: &#x27;low&#x27;, &#x27;high&#x27;" in page
+    assert "format: &quot;email&quot;" in page
+    assert "one of: &quot;low&quot;, &quot;high&quot;" in page
     assert '<code class="prop">[items]</code> <span class="type">object (file)</span>' in page
     assert '<code class="prop">path</code>' in page
     assert "No output schema declared." in page
@@ -254,10 +254,13 @@ def test_it_shows_what_changed_in_a_quarantined_tool(reviewer_client: Client) ->
     page = body(reviewer_client.get(reverse("tool", args=["files__read"])))
 
     assert "This tool changed since it was accepted" in page
+    # Only the field that changed, its text side by side (not the whole definition as JSON).
+    assert page.count('<div class="field-change"') == 1
+    assert '<div class="field-change" data-field="description">' in page
     assert (
-        '<tr class="diff-changed"><td><pre>  &quot;description&quot;: &quot;Read a file&quot;,</pre></td>'
-        "<td><pre>  &quot;description&quot;: &quot;Read a file and send it away&quot;,</pre></td></tr>"
+        '<tr class="diff-changed"><td><pre>Read a file</pre></td><td><pre>Read a file and send it away</pre></td></tr>'
     ) in page
+    assert "&quot;description&quot;" not in page.split('id="review"')[1].split("</section>")[0]
     assert "Accept this definition" in page
 
 
@@ -267,8 +270,10 @@ def test_it_shows_a_new_tool_in_full_for_review(plain_client: Client) -> None:
     page = body(plain_client.get(reverse("tool", args=["mail__send"])))
 
     assert "New tool from an untrusted server" in page
-    assert "(nothing accepted yet)" in page
-    assert '<tr class="diff-added"><td><pre></pre></td><td><pre>  &quot;description&quot;: ' in page
+    # Read as the page reads any tool (description, annotations, arguments), not a JSON wall.
+    review = page.split('id="review"')[1].split("</section>")[0]
+    assert "Its definition is below" in review and "<table" not in review
+    assert '<p class="prewrap">Send an email</p>' in page
     assert "Accept this definition" not in page
     assert "Only users with the review permission can accept it." in page
 
@@ -498,7 +503,7 @@ def test_it_adds_an_http_server_from_the_form(admin_client: Client) -> None:
 
 def error_at(response: Response, field: str) -> list[str]:
     """The errors the page shows inside the field's own block."""
-    match = re.search(rf'<div class="field has-error" data-for="{field}">(.*?)\n  </div>', body(response), re.S)
+    match = re.search(rf'<div class="field has-error" data-for="{field}"[^>]*>(.*?)\n  </div>', body(response), re.S)
     assert match, f"no error shown at {field}"
     return re.findall(r'<div class="error">(.*?)</div>', match.group(1))
 

@@ -202,7 +202,7 @@ def test_in_a_batch_one_action_fails_and_the_others_succeed(recorder: Recorder, 
     assert Attempt.objects.filter(action__call__in=ok, error__isnull=True).count() == 3
     dead = Action.objects.select_related("call").get(call=failing)
     assert (dead.status, dead.last_error["message"]) == (Action.DEAD, "the disk is full")
-    assert (dead.call.status, dead.call.is_error, dead.call.result["isError"]) == (Call.FAILED, True, True)
+    assert (dead.call.status, dead.call.is_error, dead.call.result["isError"]) == (Call.DEAD, True, True)
     assert dead.call.finished_at is not None
     assert dead.alerted
     later = Action.objects.select_related("call").get(call=held_back)
@@ -312,7 +312,7 @@ def test_a_batch_is_announced_in_one_event_per_status(monkeypatch: pytest.Monkey
             ("outbox.changed", {"ids": [ids[0], ids[2]], "status": "done"}),
             ("call.changed", {"ids": [call_ids[0], call_ids[2]], "status": "succeeded", "tools": ["todo__add"]}),
             ("outbox.changed", {"ids": [ids[1]], "status": "dead"}),
-            ("call.changed", {"ids": [call_ids[1]], "status": "failed", "tools": ["todo__add"]}),
+            ("call.changed", {"ids": [call_ids[1]], "status": "dead", "tools": ["todo__add"]}),
             ("outbox.dead_letter", {"id": ids[1]}),
         ],
         key=repr,

@@ -115,7 +115,7 @@ def test_a_tool_error_is_a_dead_letter_at_once(recorder: Recorder) -> None:
     assert action.last_error["message"] == "the disk is full"
     assert attempts_of(action) == [(1, "dead")]
     call = action.call
-    assert (call.status, call.is_error) == (Call.FAILED, True)
+    assert (call.status, call.is_error) == (Call.DEAD, True)
     assert call.result["isError"] is True  # the tool's own answer is kept
     assert call.finished_at is not None
     assert "dead_lettered" in events_of(call)
@@ -133,7 +133,7 @@ def test_a_json_rpc_error_is_a_dead_letter_at_once(recorder: Recorder) -> None:
     assert action.status == Action.DEAD
     assert (action.last_error["kind"], action.last_error["code"]) == ("protocol", -32602)
     assert action.last_error["transient"] is False
-    assert action.call.status == Call.FAILED
+    assert action.call.status == Call.DEAD
     assert len(received(log)) == 1
 
 
@@ -206,7 +206,7 @@ def test_a_transient_failure_is_retried_until_the_attempts_run_out_then_dead(
     assert (action.status, action.attempts) == (Action.DEAD, 3)
     assert "gave up after 3 attempts" in action.last_error["message"]
     assert attempts_of(action) == [(1, "retry"), (2, "retry"), (3, "dead")]
-    assert (action.call.status, action.call.attempts) == (Call.FAILED, 3)
+    assert (action.call.status, action.call.attempts) == (Call.DEAD, 3)
 
 
 def test_an_unreachable_server_is_a_transient_failure(tmp_path: Path) -> None:
@@ -333,7 +333,7 @@ def test_a_retryable_ambiguous_failure_on_the_last_attempt_is_a_dead_letter(reco
 
     action = fresh(call.action)
     assert "gave up after 1 attempts" in action.last_error["message"]
-    assert action.call.status == Call.FAILED
+    assert action.call.status == Call.DEAD
 
 
 # --- the key's journey ---------------------------------------------------------------------------
@@ -508,7 +508,7 @@ def test_an_expired_lease_on_the_last_attempt_is_a_dead_letter(tmp_path: Path, s
 
     action = fresh(action)
     assert action.status == Action.DEAD
-    assert action.call.status == Call.FAILED
+    assert action.call.status == Call.DEAD
 
 
 def test_a_call_finished_by_an_expired_lease_reads_as_finished_with_an_error(
@@ -523,7 +523,7 @@ def test_a_call_finished_by_an_expired_lease_reads_as_finished_with_an_error(
     actions.reclaim_expired_leases()
 
     call = fresh(action).call
-    assert call.status == Call.FAILED
+    assert call.status == Call.DEAD
     assert (call.is_error, call.finished_at is not None) == (True, True)
 
 

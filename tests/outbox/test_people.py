@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
@@ -233,5 +234,24 @@ def test_the_call_status_follows_the_action_through_a_whole_story(todo: Server) 
     actions.discard(action.pk, "mona", "wrong list")
     seen.append(fresh(action).call.status)
 
-    assert seen == [Call.QUEUED, Call.RUNNING, Call.UNKNOWN, Call.QUEUED, Call.FAILED, Call.FAILED]
+    # A dead letter is the call's state too, until a person discards it (failed, for good).
+    assert seen == [Call.QUEUED, Call.RUNNING, Call.UNKNOWN, Call.QUEUED, Call.DEAD, Call.FAILED]
     assert fresh(action).call.attempts == 2
+
+
+def test_a_dead_letter_is_called_one_thing_on_every_page(todo: Server, admin_client: Client) -> None:
+    action = action_in(Action.PENDING)
+    claimed = actions.claim(action.pk, "worker-1@test")
+    assert claimed is not None
+    actions.record(claimed, "worker-1@test", actions.Outcome("dead", error={"message": "the disk is full"}), 0.1)
+
+    call_page = admin_client.get(f"/calls/{action.call_id}/").content.decode()
+    calls = admin_client.get("/calls/").content.decode()
+    dead_letters = admin_client.get("/outbox/dead/").content.decode()
+
+    assert '<span class="badge call-dead" id="call-status" data-status="dead">dead letter</span>' in call_page
+    assert 'id="call-parked"' in call_page
+    assert '<strong data-kind="dead_lettered">dead letter</strong>' in call_page
+    assert "dead_lettered<" not in call_page
+    assert '<span class="badge call-dead">dead letter</span>' in calls
+    assert '<span class="badge action-dead">dead letter</span>' in dead_letters
