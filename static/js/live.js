@@ -22,7 +22,9 @@
         // or typing into, is replaced for nothing (the fetch each time the socket opens).
         var fresh = parse(el, html);
         if (unmasked(fresh.innerHTML) === unmasked(el.innerHTML)) return;
+        var typed = typedInto(el);
         el.replaceChildren.apply(el, Array.prototype.slice.call(fresh.childNodes));
+        putBack(el, typed);
         document.dispatchEvent(new CustomEvent("live:updated", { detail: el }));
       })
       .catch(function () {})
@@ -42,6 +44,47 @@
     var holder = document.createElement("div");
     holder.innerHTML = html;
     return holder;
+  }
+
+  // What a person typed or chose in a fragment (a denial's reason, a ticked box) survives its
+  // replacement, and so do the focus and the caret: each field is known again by its form's
+  // action (which names the call or action it is about) and its name.
+  function fieldKey(f) {
+    var action = f.form ? f.form.getAttribute("action") || "" : "";
+    var choice = f.type === "checkbox" || f.type === "radio" ? "=" + f.value : "";
+    return action + "|" + f.name + choice;
+  }
+
+  function typedInto(el) {
+    var typed = [];
+    el.querySelectorAll("input, textarea, select").forEach(function (f) {
+      if (!f.name || f.type === "hidden" || f.type === "submit") return;
+      var focused = document.activeElement === f;
+      var choice = f.type === "checkbox" || f.type === "radio";
+      var changed = choice ? f.checked !== f.defaultChecked
+        : f.tagName === "SELECT" ? Array.prototype.some.call(f.options, function (o) { return o.selected !== o.defaultSelected; })
+        : f.value !== f.defaultValue;
+      if (!changed && !focused) return;
+      var caret = null;
+      try { caret = [f.selectionStart, f.selectionEnd]; } catch (e) {}
+      typed.push({ key: fieldKey(f), value: f.value, checked: f.checked, focused: focused, caret: caret });
+    });
+    return typed;
+  }
+
+  function putBack(el, typed) {
+    if (!typed.length) return;
+    var byKey = {};
+    el.querySelectorAll("input, textarea, select").forEach(function (f) { if (f.name) byKey[fieldKey(f)] = f; });
+    typed.forEach(function (t) {
+      var f = byKey[t.key];
+      if (!f) return;  // its card is gone (the call was decided meanwhile)
+      if (f.type === "checkbox" || f.type === "radio") f.checked = t.checked; else f.value = t.value;
+      if (t.focused) {
+        f.focus();
+        if (t.caret && t.caret[0] !== null) { try { f.setSelectionRange(t.caret[0], t.caret[1]); } catch (e) {} }
+      }
+    });
   }
 
   // CSRF tokens are masked anew in every response: they do not make two renders differ.

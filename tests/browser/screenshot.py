@@ -1,9 +1,11 @@
-"""Take the README's screenshot: the Catalog with the bundled servers' tools, logged in.
+"""Take the README's screenshots: the Catalog with the bundled servers' tools, logged in,
+on a desktop and on a phone.
 
     .venv/bin/python -m tests.browser.screenshot [OUTPUT]     # default docs/screenshot.png
 
 Starts a fresh host (`manage.py run`, temporary data dir), lets its worker list the bundled
-servers, logs in as the first admin and captures the Catalog page at 1280x760.
+servers, logs in as the first admin and captures the Catalog page at 1280x760 (OUTPUT) and
+at 390x844 (OUTPUT with `-phone` before its suffix).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tests.helpers import REPO
 from .host import BUNDLED_TOOLS, CHROMIUM_ARGS, RunningHost, chromium_path
 
 VIEWPORT = {"width": 1280, "height": 760}
+PHONE = {"width": 390, "height": 844}
 
 
 def take(output: Path) -> None:
@@ -34,18 +37,21 @@ def take(output: Path) -> None:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
             try:
-                page = browser.new_context(base_url=host.url, viewport=VIEWPORT).new_page()
-                page.goto("/login/")
-                page.get_by_label("Username").fill("admin")
-                page.get_by_label("Password").fill(host.admin_password)
-                page.get_by_role("button", name="Log in").click()
-                expect(page.get_by_role("button", name="Log out")).to_be_visible()
-                page.goto("/catalog/", wait_until="networkidle")
-                expect(page.locator("tr.tool-row")).to_have_count(12)
-                expect(page.locator("html")).to_have_attribute("data-live", "connected")
-                page.evaluate("document.fonts.ready")
                 output.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(output))
+                phone = output.with_name(f"{output.stem}-phone{output.suffix}")
+                for viewport, path_out in ((VIEWPORT, output), (PHONE, phone)):
+                    page = browser.new_context(base_url=host.url, viewport=viewport).new_page()
+                    page.goto("/login/")
+                    page.get_by_label("Username").fill("admin")
+                    page.get_by_label("Password").fill(host.admin_password)
+                    page.get_by_role("button", name="Log in").click()
+                    expect(page.get_by_role("button", name="Log out")).to_be_visible()
+                    page.goto("/catalog/", wait_until="networkidle")
+                    expect(page.locator("tr.tool-row")).to_have_count(12)
+                    expect(page.locator("html")).to_have_attribute("data-live", "connected")
+                    page.evaluate("document.fonts.ready")
+                    page.screenshot(path=str(path_out))
+                    page.context.close()
             finally:
                 browser.close()
     finally:

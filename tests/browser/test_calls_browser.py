@@ -277,3 +277,30 @@ def test_an_approvers_own_call_says_so_where_they_decide_it(login: Callable[...,
     card.get_by_label("Reason for denying").fill("asked by mistake")
     card.get_by_role("button", name="Deny").click()
     expect(card).to_have_count(0)
+
+
+def test_what_an_approver_types_survives_a_live_update_of_the_list(
+    login: Callable[..., Page], host: RunningHost
+) -> None:
+    first = _ask_from_the_command_line(host, "msg-0005")
+    approver = login(*APPROVER)
+    approver.goto("/calls/pending/")
+    live(approver)
+    card = approver.locator(f'article.pending-call[data-call="{first}"]')
+    reason = card.get_by_label("Reason for denying")
+    reason.fill("Not this one: it is the audit")
+    expect(reason).to_be_focused()
+
+    # Another call starts waiting: the list is fetched again and put in place, live.
+    second = _ask_from_the_command_line(host, "msg-0006")
+    expect(approver.locator(f'article.pending-call[data-call="{second}"]')).to_be_visible()
+    not_reloaded(approver)
+    expect(reason).to_have_value("Not this one: it is the audit")
+    expect(reason).to_be_focused()
+    approver.keyboard.type(" trail")
+    card.get_by_role("button", name="Deny").click()
+    expect(approver.get_by_text(f"Denied call #{first}.")).to_be_visible()
+    assert host.manage("mcp", "deny", str(second), "--reason", "only a test")
+    calls = approver.request.get("/api/v1/calls", params={"tool": "mailbox__delete", "limit": 100}).json()
+    denied = next(c for c in calls if c["call_id"] == first)
+    assert denied["denial_reason"] == "Not this one: it is the audit trail"
