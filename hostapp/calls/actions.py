@@ -132,7 +132,15 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
         tool = Tool.objects.select_related("server").only(*_CALL_TOOL_FIELDS).get(exposed_name=tool_name)
     except Tool.DoesNotExist:
         tool = None
-    if tool is None or (requester.agent is not None and not requester.agent.may_use(tool.server.name)):
+    if tool is None:
+        raise CallError(f"no tool named {tool_name!r}", status=404)
+    agent = requester.agent
+    if agent is not None and not agent.sees(
+        tool.server.name, tool.exposed_name, tool.original_name, tool.effective_class
+    ):
+        # Outside the agent's view: to it the tool does not exist, and the refusal is on record.
+        refused = Decision(Call.REFUSE, f"outside the view of the agent {requester.name}")
+        life.open_call(new_call(tool, refused, requester, storable(arguments), timezone.now()), tool=tool)
         raise CallError(f"no tool named {tool_name!r}", status=404)
     # Checked, kept and sent as the ledger can keep them (a NaN is null, a NUL goes).
     arguments = storable(arguments)

@@ -29,17 +29,33 @@ class Decision:
     rule: Rule | None = None
 
 
-def rule_for(tool: Tool) -> Rule | None:
-    rules = {
-        r.tool_name: r
-        for r in Rule.objects.filter(server_name=tool.server.name, tool_name__in=["", tool.exposed_name])
-        .order_by()
-        .only("tool_name", "action", "reason")
-    }
-    return rules.get(tool.exposed_name) or rules.get("")
+# Every rule, by server and then tool name ("" for the server's own rule): `decide` for many
+# tools at once reads them once (the agents' tool list).
+Rules = dict[str, dict[str, Rule]]
 
 
-def decide(tool: Tool) -> Decision:
+def all_rules() -> Rules:
+    rules: Rules = {}
+    for r in Rule.objects.order_by().only("server_name", "tool_name", "action", "reason"):
+        rules.setdefault(r.server_name, {})[r.tool_name] = r
+    return rules
+
+
+def rule_for(tool: Tool, rules: Rules | None = None) -> Rule | None:
+    if rules is not None:
+        found = rules.get(tool.server.name, {})
+    else:
+        found = {
+            r.tool_name: r
+            for r in Rule.objects.filter(server_name=tool.server.name, tool_name__in=["", tool.exposed_name])
+            .order_by()
+            .only("tool_name", "action", "reason")
+        }
+    return found.get(tool.exposed_name) or found.get("")
+
+
+def decide(tool: Tool, rules: Rules | None = None) -> Decision:
+    """`rules`: every rule, read before (`all_rules`); without them the tool's are read."""
     if tool.status != Tool.ACTIVE:
         why = (
             "it is new and not reviewed yet"
@@ -49,7 +65,7 @@ def decide(tool: Tool) -> Decision:
         return Decision(Call.REFUSE, f"{tool.exposed_name} is quarantined: {why}; a person must review it first")
     if not tool.server.enabled:
         return Decision(Call.REFUSE, f"the server {tool.server.name} is disabled")
-    rule = rule_for(tool)
+    rule = rule_for(tool, rules)
     scope = "tool" if rule is not None and rule.tool_name else "server"
     if rule is not None and rule.action == Rule.BLOCK:
         return Decision(Call.REFUSE, rule.reason or f"blocked by a {scope} rule", rule)

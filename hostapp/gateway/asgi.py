@@ -79,7 +79,7 @@ _token_cache: dict[str, tuple[float, AgentInfo | None]] = {}
 
 def _load_agent(token: str) -> AgentInfo | None:
     agent = authenticate(token)
-    return AgentInfo(agent.pk, agent.name, tuple(agent.servers or ())) if agent is not None else None
+    return AgentInfo(agent.pk, agent.name, agent.view) if agent is not None else None
 
 
 async def _agent_for(token: str) -> AgentInfo | None:
@@ -143,6 +143,7 @@ class GatewayApp:
                         self.gateway.calls_moved(batch)
                     if "policy.changed" in kinds:
                         self.gateway.forget_routes()
+                        await self.gateway.catalog_changed()  # a blocked tool is no longer listed
                     if "token.changed" in kinds:
                         _token_cache.clear()  # a revoked token is refused at once, not within the TTL
                     if kinds & {"catalog.changed", "server.changed"}:

@@ -1,4 +1,4 @@
-"""`mcp token create|revoke|list`."""
+"""`mcp token create|update|show|revoke|list`: agent tokens and their views."""
 
 from __future__ import annotations
 
@@ -11,16 +11,45 @@ from django.core.management.base import CommandError, CommandParser, OutputWrapp
 
 from . import tokens
 from .models import AgentToken
+from .server import STATUS_TOOL, AgentInfo, listed, load_catalog
+
+
+def _view_options(p: CommandParser, keep: bool) -> None:
+    default = None if keep else ""
+    what = " (omitted: kept as it is; an empty value clears it)" if keep else ""
+    p.add_argument("--servers", default=default, help="comma-separated server names it may reach (empty: all)" + what)
+    p.add_argument(
+        "--tools", default=default, help="comma-separated tool names or glob patterns it sees (empty: all)" + what
+    )
+    p.add_argument("--exclude", default=default, help="comma-separated names or patterns it does not see" + what)
+    p.add_argument(
+        "--max-class",
+        default=default,
+        help="the highest class it sees: read_only, write or destructive (empty or all: every class)" + what,
+    )
+
+
+def _split(value: str | None) -> list[str] | None:
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
 
 def register(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p = subparsers.add_parser("token", help="agent tokens for the /mcp endpoint")
-    sub = p.add_subparsers(dest="token_command", metavar="create|revoke|list", required=True)
-    c = sub.add_parser("create", help="create a token (printed once)")
+    sub = p.add_subparsers(dest="token_command", metavar="create|update|show|revoke|list", required=True)
+    c = sub.add_parser("create", help="create a token (printed once) and its view")
     c.add_argument("name")
-    c.add_argument("--servers", default="", help="comma-separated server names the agent may reach (default: all)")
+    _view_options(c, keep=False)
     c.add_argument("--json", action="store_true")
     c.set_defaults(handler=cmd_create)
+    u = sub.add_parser("update", help="change what a token's agent sees")
+    u.add_argument("name")
+    _view_options(u, keep=True)
+    u.add_argument("--json", action="store_true")
+    u.set_defaults(handler=cmd_update)
+    s = sub.add_parser("show", help="a token's view and the exact tools its agent is listed")
+    s.add_argument("name")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(handler=cmd_show)
     r = sub.add_parser("revoke", help="revoke a token")
     r.add_argument("name")
     r.set_defaults(handler=cmd_revoke)
@@ -29,19 +58,74 @@ def register(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     ls.set_defaults(handler=cmd_list)
 
 
+def _view_row(agent: AgentToken) -> dict[str, Any]:
+    return {
+        "servers": agent.servers,
+        "tools": agent.tools,
+        "exclude": agent.exclude,
+        "max_class": agent.max_class or None,
+    }
+
+
 def cmd_create(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
-    servers = [s.strip() for s in options["servers"].split(",") if s.strip()]
     try:
-        agent, token = tokens.create_token(options["name"], servers)
+        view = tokens.make_view(
+            _split(options["servers"]), _split(options["tools"]), _split(options["exclude"]), options["max_class"]
+        )
+        agent, token = tokens.create_token(options["name"], view=view)
     except (tokens.TokenError, ValidationError) as exc:
         message = "; ".join(getattr(exc, "messages", [])) or str(exc)
         raise CommandError(f"no token created: {message}") from None
     if options["json"]:
-        out.write(json.dumps({"name": agent.name, "token": token, "servers": agent.servers}))
+        out.write(json.dumps({"name": agent.name, "token": token, **_view_row(agent)}))
         return 0
     out.write(f"Token for {agent.name} (shown once, store it now):")
     out.write(token)
+    out.write(f"It sees {agent.view.describe()}; `mcp token show {agent.name}` lists its tools.")
     out.write("Point an MCP client at http://127.0.0.1:8000/mcp with the header  Authorization: Bearer <token>")
+    return 0
+
+
+def cmd_update(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
+    agent = AgentToken.objects.filter(name=options["name"], revoked_at__isnull=True).first()
+    if agent is None:
+        raise CommandError(f"no active token named {options['name']!r}")
+    given = {key: _split(options[key]) for key in ("servers", "tools", "exclude")}
+    try:
+        view = tokens.make_view(
+            given["servers"] if given["servers"] is not None else agent.servers,
+            given["tools"] if given["tools"] is not None else agent.tools,
+            given["exclude"] if given["exclude"] is not None else agent.exclude,
+            options["max_class"] if options["max_class"] is not None else agent.max_class,
+        )
+        agent = tokens.update_view(agent.name, view)
+    except tokens.TokenError as exc:
+        raise CommandError(f"not changed: {exc}") from None
+    if options["json"]:
+        out.write(json.dumps({"name": agent.name, **_view_row(agent)}))
+    else:
+        out.write(f"{agent.name} now sees {agent.view.describe()}")
+    return 0
+
+
+def cmd_show(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
+    agent = AgentToken.objects.filter(name=options["name"]).first()
+    if agent is None:
+        raise CommandError(f"no token named {options['name']!r}")
+    tools = listed(AgentInfo(agent.pk, agent.name, agent.view), load_catalog())
+    rows = [{"name": t.name, "title": t.title, "description": t.description} for t in tools]
+    if options["json"]:
+        out.write(
+            json.dumps(
+                {"name": agent.name, "revoked": agent.revoked_at is not None, **_view_row(agent), "listed": rows},
+                indent=2,
+            )
+        )
+        return 0
+    out.write(f"{agent.name}{' (revoked)' if agent.revoked_at else ''}: sees {agent.view.describe()}")
+    out.write(f"{len(rows)} tool{'s' if len(rows) != 1 else ''} listed (and {STATUS_TOOL}):")
+    for row in rows:
+        out.write(f"  {row['name']}")
     return 0
 
 
@@ -60,6 +144,7 @@ def cmd_list(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) ->
             "name": a.name,
             "hint": a.hint + "…",
             "servers": a.servers or "all",
+            "view": a.view.describe(),
             "created_at": a.created_at.isoformat(),
             "last_used_at": a.last_used_at.isoformat() if a.last_used_at else None,
             "revoked": a.revoked_at is not None,

@@ -6,6 +6,8 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
+from .agent_view import AgentView
+
 TOKEN_PREFIX = "pb_"
 
 
@@ -25,8 +27,17 @@ class AgentToken(models.Model):
     token_hash = models.CharField(max_length=64, unique=True)
     # The first characters, to recognise a token in a list (never enough to use it).
     hint = models.CharField(max_length=12)
-    # Server names this agent may reach; empty means every server.
+    # Its view (hostapp/gateway/agent_view.py): the server names this agent may reach (empty:
+    # every server), glob patterns of the tools it sees (empty: every tool) and of those it
+    # does not, and the highest class it sees (empty: every class).
     servers = models.JSONField(default=list, blank=True)
+    tools = models.JSONField(default=list, blank=True)
+    exclude = models.JSONField(default=list, blank=True)
+    max_class = models.CharField(
+        max_length=12,
+        blank=True,
+        choices=[("read_only", "read-only"), ("write", "write"), ("destructive", "destructive")],
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -42,5 +53,12 @@ class AgentToken(models.Model):
     def active(self) -> bool:
         return self.revoked_at is None
 
+    @property
+    def view(self) -> AgentView:
+        return AgentView(tuple(self.servers or ()), tuple(self.tools or ()), tuple(self.exclude or ()), self.max_class)
+
     def may_use(self, server_name: str) -> bool:
-        return not self.servers or server_name in self.servers
+        return self.view.may_use(server_name)
+
+    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
+        return self.view.sees(server, exposed_name, original_name, tool_class)

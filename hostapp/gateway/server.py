@@ -46,12 +46,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from hostapp.calls import actions as calls
 from hostapp.calls import life
 from hostapp.calls.models import Call
-from hostapp.calls.policy import Decision
+from hostapp.calls.policy import Decision, all_rules, decide
 from hostapp.catalog.actions import applied_annotations
 from hostapp.catalog.models import Tool
 from hostapp.catalog.pool import current_pool
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import McpFailure, Pool, errors, result_failure
+
+from .agent_view import AgentView
 
 logger = logging.getLogger(__name__)
 
@@ -89,16 +91,26 @@ DEFERRED_SCHEMA = {
 class AgentInfo:
     pk: int
     name: str
-    servers: tuple[str, ...]
+    view: AgentView = AgentView()
 
     def may_use(self, server: str) -> bool:
-        return not self.servers or server in self.servers
+        return self.view.may_use(server)
+
+    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
+        return self.view.sees(server, exposed_name, original_name, tool_class)
+
+    def sees_entry(self, entry: Entry) -> bool:
+        """Listed to this agent: in its view, and not blocked by the policy."""
+        return not entry.blocked and self.sees(entry.server, entry.tool.name, entry.original, entry.tool_class)
 
 
 @dataclass(frozen=True)
 class Entry:
     server: str
     tool: types.Tool
+    original: str = ""
+    tool_class: str = ""
+    blocked: bool = False  # a rule blocks it: not listed (a call of it is refused, on record)
 
 
 @dataclass(frozen=True)
@@ -145,9 +157,15 @@ def _with_deferred(schema: dict[str, Any]) -> dict[str, Any]:
     return wrapper
 
 
-def _load_catalog() -> dict[str, Entry]:
+def listed(agent: AgentInfo, entries: dict[str, Entry]) -> list[types.Tool]:
+    """The tools `agent` is given by tools/list (and `mcp token show` shows), in name order."""
+    return [e.tool for e in entries.values() if agent.sees_entry(e)]
+
+
+def load_catalog() -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     tools = Tool.objects.filter(status=Tool.ACTIVE, server__enabled=True).select_related("server")
+    rules = all_rules()
     for t in tools.order_by("exposed_name"):
         applied = applied_annotations(t)
         annotations = types.ToolAnnotations(
@@ -166,7 +184,10 @@ def _load_catalog() -> dict[str, Entry]:
         }
         if t.output_schema:
             fields["output_schema"] = _with_deferred(t.output_schema)
-        entries[t.exposed_name] = Entry(t.server.name, types.Tool(**fields))
+        blocked = decide(t, rules).kind == Call.REFUSE
+        entries[t.exposed_name] = Entry(
+            t.server.name, types.Tool(**fields), t.original_name, t.effective_class, blocked
+        )
     return entries
 
 
@@ -192,7 +213,9 @@ class CatalogCache:
         """What agents see of the catalog, to tell a real change from a notice about nothing."""
         if self._entries is None:
             return None
-        return hash(tuple(sorted((name, e.server, e.tool.model_dump_json()) for name, e in self._entries.items())))
+        return hash(
+            tuple(sorted((name, e.server, e.blocked, e.tool.model_dump_json()) for name, e in self._entries.items()))
+        )
 
     async def entries(self) -> dict[str, Entry]:
         entries = self._entries
@@ -200,7 +223,7 @@ class CatalogCache:
             return entries
         async with self._lock:
             if self._entries is None or time.monotonic() >= self._fresh_until:
-                self._entries = await sync_to_async(_load_catalog, thread_sensitive=False)()
+                self._entries = await sync_to_async(load_catalog, thread_sensitive=False)()
                 self._fresh_until = time.monotonic() + CATALOG_TTL
             return self._entries
 
@@ -301,7 +324,7 @@ class Gateway:
         request's agent may use (to others it does not exist, as in the tool list)."""
         entry = self.catalog.peek(name)
         agent = current_agent.get()
-        if entry is None or agent is None or not agent.may_use(entry.server):
+        if entry is None or agent is None or not agent.sees_entry(entry):
             return None
         return entry.tool.input_schema
 
@@ -323,8 +346,7 @@ class Gateway:
         agent = _agent(ctx)
         self._remember(ctx)
         entries = await self.catalog.entries()
-        tools = [e.tool for e in entries.values() if agent.may_use(e.server)]
-        tools.append(_status_tool())
+        tools = [*listed(agent, entries), _status_tool()]
         return types.ListToolsResult(tools=tools)
 
     def forget_routes(self) -> None:
@@ -357,16 +379,20 @@ class Gateway:
             return await self._status(agent, arguments)
         entries = await self.catalog.entries()
         entry = entries.get(name)
-        if entry is None or not agent.may_use(entry.server):
+        if entry is None:
             return _text_result(f"Unknown tool: {name}", is_error=True)
         requester = calls.Requester(Call.AGENT, agent.name, agent=_AgentRef(agent))
-        fresh = self._fresh_route(name, arguments)
+        # Outside the agent's view (or blocked): the ledger records the refusal, and to the
+        # agent the tool does not exist.
+        fresh = self._fresh_route(name, arguments) if agent.sees_entry(entry) else None
         if fresh is not None:
             return await self._run_read_only(*fresh, requester, arguments)
         generation, read_at = self._routes_generation, time.monotonic()
         try:
             call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester, run=False)
         except calls.CallError as exc:
+            if exc.status == 404:
+                return _text_result(f"Unknown tool: {name}", is_error=True)
             details = "; ".join(f"{e['path'] or '(arguments)'}: {e['message']}" for e in exc.errors[:10])
             return _text_result(exc.message + (f" ({details})" if details else ""), is_error=True)
         if call.decision == Call.RUN and call.status == Call.RUNNING:
@@ -548,7 +574,10 @@ class _AgentRef:
     def __init__(self, info: AgentInfo) -> None:
         self.pk = info.pk
         self.name = info.name
-        self.servers = list(info.servers)
+        self.view = info.view
 
     def may_use(self, server: str) -> bool:
-        return not self.servers or server in self.servers
+        return self.view.may_use(server)
+
+    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
+        return self.view.sees(server, exposed_name, original_name, tool_class)

@@ -14,6 +14,8 @@ from django.utils import timezone
 from hostapp.catalog.models import Server
 from hostapp.core.events import send_event_on_commit
 
+from . import agent_view
+from .agent_view import AgentView
 from .models import TOKEN_PREFIX, AgentToken, hash_token
 
 
@@ -21,13 +23,41 @@ class TokenError(ValueError):
     pass
 
 
-def create_token(name: str, servers: list[str] | None = None, user: Any = None) -> tuple[AgentToken, str]:
-    """A new token for `name`; the clear token is returned here and never again."""
+def _servers(servers: list[str] | None) -> list[str]:
     servers = sorted(set(servers or []))
     known = set(Server.objects.filter(name__in=servers).values_list("name", flat=True))
     unknown = [s for s in servers if s not in known]
     if unknown:
         raise TokenError(f"no server named {', '.join(unknown)}")
+    return servers
+
+
+def make_view(
+    servers: list[str] | None, tools: list[str] | None, exclude: list[str] | None, max_class: str | None
+) -> AgentView:
+    """A view from what a person gave (CLI options, the Agents page), checked; TokenError if not."""
+    try:
+        return AgentView(
+            tuple(_servers(servers)),
+            agent_view.patterns(tools, "tools"),
+            agent_view.patterns(exclude, "exclude"),
+            agent_view.max_class(max_class),
+        )
+    except agent_view.ViewError as exc:
+        raise TokenError(str(exc)) from None
+
+
+def _set_view(agent: AgentToken, view: AgentView) -> None:
+    agent.servers, agent.tools, agent.exclude = list(view.servers), list(view.tools), list(view.exclude)
+    agent.max_class = view.max_class
+
+
+def create_token(
+    name: str, servers: list[str] | None = None, user: Any = None, *, view: AgentView | None = None
+) -> tuple[AgentToken, str]:
+    """A new token for `name` (its view: `view`, or every tool of `servers`); the clear token
+    is returned here and never again."""
+    view = view if view is not None else make_view(servers, None, None, None)
     if AgentToken.objects.filter(name=name).exists():
         raise TokenError(f"a token named {name!r} exists already; revoke it first or pick another name")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -35,13 +65,30 @@ def create_token(name: str, servers: list[str] | None = None, user: Any = None) 
         name=name,
         token_hash=hash_token(token),
         hint=token[:7],
-        servers=servers,
         created_by=user if getattr(user, "pk", None) else None,
     )
+    _set_view(agent, view)
     agent.full_clean()
     with transaction.atomic():
         agent.save()
     return agent, token
+
+
+def update_view(name: str, view: AgentView) -> AgentToken:
+    """The active token `name` sees `view` from now on (each web process hears of it)."""
+    with transaction.atomic():
+        agent = AgentToken.objects.select_for_update().filter(name=name, revoked_at__isnull=True).first()
+        if agent is None:
+            raise TokenError(f"no active token named {name!r}")
+        _set_view(agent, view)
+        agent.save(update_fields=["servers", "tools", "exclude", "max_class"])
+        announce(agent)
+    return agent
+
+
+def announce(agent: AgentToken) -> None:
+    """Every web process forgets the tokens it checked lately (hostapp/gateway/asgi.py)."""
+    send_event_on_commit("token.changed", {"name": agent.name})
 
 
 def revoke_token(name: str) -> AgentToken:
@@ -51,8 +98,7 @@ def revoke_token(name: str) -> AgentToken:
             raise TokenError(f"no active token named {name!r}")
         agent.revoked_at = timezone.now()
         agent.save(update_fields=["revoked_at"])
-        # Every web process forgets the tokens it checked lately (hostapp/gateway/asgi.py).
-        send_event_on_commit("token.changed", {"name": agent.name})
+        announce(agent)
     return agent
 
 

@@ -49,9 +49,14 @@ def agents(request: HttpRequest) -> HttpResponse:
 
 def _create(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("name", "").strip()
-    servers = request.POST.getlist("servers")
     try:
-        agent, token = tokens.create_token(name, servers, request.user)
+        view = tokens.make_view(
+            request.POST.getlist("servers"),
+            request.POST.get("tools", "").split(","),
+            request.POST.get("exclude", "").split(","),
+            request.POST.get("max_class", ""),
+        )
+        agent, token = tokens.create_token(name, user=request.user, view=view)
     except tokens.TokenError as exc:
         messages.error(request, str(exc))
     except ValidationError as exc:

@@ -32,6 +32,7 @@ from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, Server, Tool
 from hostapp.catalog.pool import close_pool, refresh_server
 from hostapp.core import events
 from hostapp.gateway import server as gateway_server
+from hostapp.gateway.agent_view import AgentView
 from hostapp.gateway.server import AGENT_SCOPE_KEY, AgentInfo, Gateway
 from hostapp.gateway.tokens import create_token
 from tests.helpers import REPO, wait_until
@@ -73,7 +74,7 @@ class Agent:
         token, _ = create_token(name)
         self.pk = token.pk
         self.gateway = gateway or Gateway()
-        info = AgentInfo(token.pk, name, ())
+        info = AgentInfo(token.pk, name, AgentView())
         request = SimpleNamespace(scope={AGENT_SCOPE_KEY: info}, headers={})
         self.ctx = SimpleNamespace(request=request, protocol_version="2026-07-28", session=None)
         self.loop = asyncio.new_event_loop()

@@ -188,3 +188,43 @@ def test_every_snippet_has_the_url_and_the_token() -> None:
 @pytest.mark.parametrize("key", ["cursor", "vscode", "claude-desktop"])
 def test_the_json_snippets_are_valid_json(key: str) -> None:
     json.loads(snippets()[key])
+
+
+# --- views -----------------------------------------------------------------------------------------
+
+
+def test_a_token_is_created_with_its_view_and_the_list_says_what_it_sees(admin_client: Client) -> None:
+    page = create(
+        admin_client, "reader", follow=True, tools="mailbox__*, tasks__list", exclude="*__delete", max_class="read_only"
+    ).content.decode()
+
+    agent = AgentToken.objects.get(name="reader")
+    assert (agent.servers, agent.tools, agent.exclude, agent.max_class) == (
+        [],
+        ["mailbox__*", "tasks__list"],
+        ["*__delete"],
+        "read_only",
+    )
+    assert "every server; tools mailbox__*, tasks__list; not *__delete; up to read-only" in page
+
+
+def test_a_view_that_cannot_be_kept_creates_no_token(admin_client: Client) -> None:
+    page = create(admin_client, "odd", follow=True, max_class="harmless").content.decode()
+
+    assert not AgentToken.objects.filter(name="odd").exists()
+    assert "max class: &#x27;harmless&#x27; is not one of read_only, write, destructive" in page
+
+
+def test_admin_edits_a_view_checked_as_the_cli_checks_it(admin_client: Client) -> None:
+    create(admin_client, "edited")
+    agent = AgentToken.objects.get(name="edited")
+    url = reverse("admin:gateway_agenttoken_change", args=[agent.pk])
+    form = {"servers": "[]", "tools": '["tasks__*"]', "exclude": "[]", "max_class": "write", "revoked_at": ""}
+
+    refused = admin_client.post(url, {**form, "servers": '["no-such-server"]'})
+    saved = admin_client.post(url, form)
+
+    assert refused.status_code == 200 and "no server named no-such-server" in refused.content.decode()
+    assert saved.status_code == 302
+    agent.refresh_from_db()
+    assert (agent.tools, agent.max_class) == (["tasks__*"], "write")

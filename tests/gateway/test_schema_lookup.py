@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mcp_types as types
 
+from hostapp.gateway.agent_view import AgentView
 from hostapp.gateway.server import AgentInfo, Entry, Gateway, current_agent
 
 SCHEMA = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
@@ -21,7 +22,7 @@ def _gateway() -> Gateway:
 
 def test_an_agent_gets_the_schema_of_a_tool_it_may_use() -> None:
     gateway = _gateway()
-    token = current_agent.set(AgentInfo(1, "deployer", ("ops",)))
+    token = current_agent.set(AgentInfo(1, "deployer", AgentView(("ops",))))
     try:
         assert gateway._input_schema("ops__deploy") == SCHEMA
     finally:
@@ -31,7 +32,7 @@ def test_an_agent_gets_the_schema_of_a_tool_it_may_use() -> None:
 def test_a_tool_of_another_server_has_no_schema_for_an_agent_limited_elsewhere() -> None:
     """As in its tool list, the tool does not exist for this agent: no header check reveals it."""
     gateway = _gateway()
-    token = current_agent.set(AgentInfo(2, "reader", ("mailbox",)))
+    token = current_agent.set(AgentInfo(2, "reader", AgentView(("mailbox",))))
     try:
         assert gateway._input_schema("ops__deploy") is None
         assert gateway._input_schema("mailbox__read") == {"type": "object"}
@@ -42,7 +43,7 @@ def test_a_tool_of_another_server_has_no_schema_for_an_agent_limited_elsewhere()
 def test_no_agent_or_an_unknown_tool_means_nothing_to_check() -> None:
     gateway = _gateway()
     assert gateway._input_schema("ops__deploy") is None  # outside a request
-    token = current_agent.set(AgentInfo(3, "any", ()))
+    token = current_agent.set(AgentInfo(3, "any", AgentView()))
     try:
         assert gateway._input_schema("nope__x") is None
         assert gateway._input_schema("ops__deploy") == SCHEMA  # no server list: every server
