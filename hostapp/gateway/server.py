@@ -157,6 +157,30 @@ def _with_deferred(schema: dict[str, Any]) -> dict[str, Any]:
     return wrapper
 
 
+# What a definition costs a model, roughly: JSON text runs about four bytes a token with
+# the tokenizers in use. An estimate, and labelled as one wherever it is shown.
+BYTES_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class Cost:
+    name: str
+    bytes: int
+
+    @property
+    def tokens(self) -> int:
+        return -(-self.bytes // BYTES_PER_TOKEN)
+
+
+def costs(tools: list[types.Tool]) -> list[Cost]:
+    """Each definition's size as an agent receives it in tools/list (compact JSON, UTF-8)."""
+    out = []
+    for tool in tools:
+        wire = tool.model_dump(by_alias=True, exclude_none=True, mode="json")
+        out.append(Cost(tool.name, len(json.dumps(wire, separators=(",", ":"), ensure_ascii=False).encode())))
+    return out
+
+
 def listed(agent: AgentInfo, entries: dict[str, Entry]) -> list[types.Tool]:
     """The tools `agent` is given by tools/list (and `mcp token show` shows), in name order."""
     return [e.tool for e in entries.values() if agent.sees_entry(e)]

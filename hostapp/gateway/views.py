@@ -13,6 +13,7 @@ from hostapp.core.http import staff_required
 
 from . import tokens
 from .models import AgentToken
+from .server import BYTES_PER_TOKEN, AgentInfo, costs, listed, load_catalog
 
 # The token just created, kept in the session (encrypted, as every stored secret) from the
 # POST that made it to the one page that shows it: a reload shows the page, never the token
@@ -33,12 +34,19 @@ def agents(request: HttpRequest) -> HttpResponse:
         return _create(request)
     new_token = _take_new_token(request)
     endpoint = endpoint_url(request)
+    tokens_shown = list(AgentToken.objects.order_by("revoked_at", "name"))
+    entries = load_catalog()
+    for agent in tokens_shown:
+        agent.costs = costs(listed(AgentInfo(agent.pk, agent.name, agent.view), entries))  # type: ignore[attr-defined]
+        agent.total_bytes = sum(c.bytes for c in agent.costs)  # type: ignore[attr-defined]
+        agent.total_tokens = sum(c.tokens for c in agent.costs)  # type: ignore[attr-defined]
     context = {
-        "tokens": AgentToken.objects.order_by("revoked_at", "name"),
+        "tokens": tokens_shown,
         "servers": Server.objects.order_by("name").values_list("name", flat=True),
         "new_token": new_token,
         "snippets": tokens.client_snippets(endpoint, new_token["token"]) if new_token else [],
         "endpoint": endpoint,
+        "bytes_per_token": BYTES_PER_TOKEN,
     }
     response = render(request, "gateway/agents.html", context)
     if new_token:

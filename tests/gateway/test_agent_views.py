@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+import mcp_types as types
 import pytest
 
 from hostapp.gateway.agent_view import AgentView, ViewError, max_class, patterns
+from hostapp.gateway.server import costs
 from tests.gateway.agents import MODES, agent, text, tool_names
 from tests.gateway.conftest import BUNDLED_TOOLS, STATUS_TOOL, GatewayHost
 
@@ -105,3 +107,17 @@ def test_an_updated_view_is_what_the_agent_lists_next(views: GatewayHost) -> Non
     assert asyncio.run(names()) == {"calendar__list", "tasks__list", STATUS_TOOL}
     refused = views.mcp("token", "update", "view-changing", "--max-class", "harmless", check=False)
     assert refused.returncode != 0 and "not one of read_only, write, destructive" in refused.stderr
+
+
+def test_the_size_of_a_view_is_that_of_the_definitions_as_sent() -> None:
+    small = types.Tool(name="t", input_schema={"type": "object"})
+    described = types.Tool(name="déjà", description="x" * 100, input_schema={"type": "object"})
+    found = costs([small, described])
+    wire_small = '{"name":"t","inputSchema":{"type":"object"}}'
+    wire_described = '{"name":"déjà","description":"' + "x" * 100 + '","inputSchema":{"type":"object"}}'
+    assert [(c.name, c.bytes) for c in found] == [
+        ("t", len(wire_small)),
+        ("déjà", len(wire_described.encode())),  # bytes, not characters
+    ]
+    assert found[0].bytes == 44 and found[0].tokens == 11  # 44 / 4
+    assert found[1].tokens == -(-found[1].bytes // 4)

@@ -15,6 +15,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from hostapp.catalog.actions import record_tools
+from hostapp.catalog.models import Server
 from hostapp.gateway.models import AgentToken, hash_token
 from hostapp.gateway.tokens import client_snippets
 from hostapp.gateway.views import NEW_TOKEN_KEY
@@ -228,3 +230,23 @@ def test_admin_edits_a_view_checked_as_the_cli_checks_it(admin_client: Client) -
     assert saved.status_code == 302
     agent.refresh_from_db()
     assert (agent.tools, agent.max_class) == (["tasks__*"], "write")
+
+
+def test_the_page_shows_what_each_view_costs_the_model(admin_client: Client) -> None:
+    server = Server.objects.create(name="notes", trusted=True, command="/bin/true")
+    record_tools(
+        server,
+        [
+            {"name": "read", "description": "Read a note", "inputSchema": {"type": "object"}},
+            {"name": "wipe", "description": "Wipe every note", "inputSchema": {"type": "object"}},
+        ],
+    )
+    create(admin_client, "all-notes")
+    create(admin_client, "no-wipe", exclude="*wipe")
+
+    page = admin_client.get(reverse("agents")).content.decode()
+
+    sizes = dict(re.findall(r'<details class="view-cost" data-agent="([^"]+)"><summary>([^<]+)</summary>', page))
+    assert sizes["all-notes"].startswith("2 tools · ") and sizes["no-wipe"].startswith("1 tool · ")
+    assert "<td><code>notes__read</code></td>" in page
+    assert "tokens estimated at 4 bytes each" in page
