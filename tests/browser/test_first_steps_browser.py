@@ -45,7 +45,7 @@ def ask_to_delete(host: RunningHost, message_id: str) -> int:
 def create_token(page: Page, name: str) -> str:
     """Create a token on the Agents page; the secret the page it is redirected to shows."""
     page.goto("/agents/")
-    page.get_by_label("Name").fill(name)
+    page.get_by_label("Name", exact=True).fill(name)
     page.get_by_role("button", name="Create token").click()
     expect(page.locator("#new-token")).to_be_visible()
     secret = page.locator("#new-token-secret").text_content() or ""
