@@ -24,8 +24,8 @@ from ninja.security import APIKeyCookie, HttpBearer
 from hostapp.calls import actions as call_actions
 from hostapp.calls.models import Call
 from hostapp.catalog.models import Server, Tool, live_states
+from hostapp.catalog.refreshes import queue_refresh
 from hostapp.catalog.rows import server_row, tool_row
-from hostapp.catalog.tasks import queue_refresh
 from hostapp.gateway.tokens import authenticate
 from hostapp.outbox import actions as outbox_actions
 from hostapp.outbox.models import Action

@@ -32,6 +32,7 @@ from hostapp.oauth.store import auth_for
 
 from .actions import RefreshResult, mark_refresh_failed, record_tools
 from .models import Server
+from .refreshes import queue_refresh
 from .states import forget_server, record_statuses
 
 logger = logging.getLogger(__name__)
@@ -148,8 +149,6 @@ IDLE_CLOSE = 2.0
 
 
 def _handle_events(batch: list[PoolEvent]) -> None:
-    from .tasks import queue_refresh  # the Celery task/action pair: tasks imports this module
-
     latest: dict[str, ServerStatus] = {}
     for event in batch:
         if event.kind == "state":

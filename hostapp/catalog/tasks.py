@@ -10,13 +10,10 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready
 from django.db import connection
-from django.utils import timezone
-
-from hostapp.core.events import send_event_on_commit
-from hostapp.core.redis_client import redis_client
 
 from .models import Server
 from .pool import refresh_server, sync, warm_up
+from .refreshes import REFRESH_TASK, refresh_started
 from .states import record_statuses
 
 logger = logging.getLogger(__name__)
@@ -25,41 +22,9 @@ logger = logging.getLogger(__name__)
 REFRESH_JITTER = 60.0
 
 
-def _queued_key(name: str) -> str:
-    return f"patchbay:refresh-queued:{name}"
-
-
-def queue_refresh(name: str, reason: str = "", countdown: float = 0.5) -> bool:
-    """Ask a worker to refresh `name` soon; bursts of requests coalesce into one."""
-    try:
-        client = redis_client()
-        # One queued refresh per server is enough while it waits: the listing is complete. The
-        # mark goes when the refresh starts (a request after that needs a new listing) or
-        # after a few seconds (a lost message).
-        if not client.set(_queued_key(name), "1", nx=True, ex=5):
-            logger.info("a refresh of %s is queued already (%s)", name, reason or "on request")
-            return False
-        refresh_server_task.apply_async((name,), countdown=countdown)
-    except Exception as exc:  # boundary: a down broker must not fail the caller; the schedule catches up
-        logger.warning("could not queue a refresh of %s (%s): %s", name, reason or "on request", exc)
-        return False
-    logger.info("queued a refresh of %s (%s)", name, reason or "on request")
-    return True
-
-
-def request_refresh(names: list[str], reason: str) -> int:
-    """Mark servers as being refreshed (for the page's progress) and queue the refreshes."""
-    Server.objects.filter(name__in=names).update(refresh_requested_at=timezone.now())
-    send_event_on_commit("server.changed", {"names": names})
-    return sum(1 for name in names if queue_refresh(name, reason=reason, countdown=0))
-
-
-@shared_task(name="hostapp.catalog.refresh_server", ignore_result=True)
+@shared_task(name=REFRESH_TASK, ignore_result=True)
 def refresh_server_task(name: str) -> None:
-    try:
-        redis_client().delete(_queued_key(name))
-    except Exception as exc:  # boundary: the mark expires on its own
-        logger.debug("could not clear the refresh mark of %s: %s", name, exc)
+    refresh_started(name)
     server = Server.objects.filter(name=name).first()
     if server is None or not server.enabled:
         return

@@ -21,9 +21,9 @@ from hostapp.mcp.config import ConfigError
 from . import actions
 from .forms import ServerForm
 from .models import CLASS_CHOICES, Server, Tool, live_states
+from .refreshes import queue_refresh, request_refresh
 from .review import review
 from .schema import schema_tree
-from .tasks import queue_refresh, request_refresh
 
 CATALOG_PAGE_SIZE = 100
 

@@ -31,8 +31,8 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from hostapp.catalog.models import Server
 from hostapp.catalog.pool import runtime_config
+from hostapp.catalog.refreshes import request_refresh
 from hostapp.catalog.states import authorization_given
-from hostapp.catalog.tasks import request_refresh
 from hostapp.core.events import send_event_on_commit
 from hostapp.mcp.connection import Connection
 from hostapp.mcp.errors import McpFailure

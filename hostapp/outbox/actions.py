@@ -28,6 +28,7 @@ from functools import reduce
 from operator import or_
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
@@ -48,6 +49,11 @@ from hostapp.mcp.errors import transport_error
 from .models import Action, Attempt
 
 logger = logging.getLogger(__name__)
+
+# The outbox's Celery tasks (hostapp/outbox/tasks.py), queued by their names: the tasks
+# call these actions, and these queue the tasks without importing them.
+DELIVER_TASK = "hostapp.outbox.deliver"
+ALERT_TASK = "hostapp.outbox.dead_letter_alert"
 
 # The project's own reverse-DNS key for idempotency keys in a request's `_meta`.
 IDEMPOTENCY_META_KEY = "dev.patchbay/idempotencyKey"
@@ -104,12 +110,10 @@ def _queue_delivery(action_id: int) -> None:
     A worker clears the flag before its first claim, so an action committed before the flag
     was found set is due when that claim looks: it is claimed then, or by a batch after it.
     """
-    from .tasks import deliver  # the Celery task/action pair: tasks imports this module
-
     if not _flag("set"):
         return
     try:
-        deliver.delay(action_id)
+        current_app.send_task(DELIVER_TASK, (action_id,))
     except Exception as exc:  # boundary: a lost wake-up only delays the action; the sweeper re-queues it
         _flag("clear")  # the next commit tries again
         logger.warning("action #%s: delivery not queued (%s); the sweeper will pick it up", action_id, exc)
@@ -563,22 +567,18 @@ def record(action: Action, worker: str, outcome: Outcome, seconds: float) -> str
 
 
 def _queue_retry(action_id: int, delay: float) -> None:
-    from .tasks import deliver  # the Celery task/action pair: tasks imports this module
-
     try:
-        deliver.apply_async((action_id,), countdown=delay)
+        current_app.send_task(DELIVER_TASK, (action_id,), countdown=delay)
     except Exception as exc:  # boundary: the sweeper re-queues due actions
         logger.warning("action #%s: retry not queued (%s); the sweeper will pick it up", action_id, exc)
 
 
 def _alert(action_id: int) -> None:
-    from .tasks import send_dead_letter_alert  # the Celery task/action pair: tasks imports this module
-
     Action.objects.filter(pk=action_id).update(alerted=True)
     send_event_on_commit("outbox.dead_letter", {"id": action_id})
     if settings.PATCHBAY_ALERT_WEBHOOK:
         try:
-            send_dead_letter_alert.delay(action_id)
+            current_app.send_task(ALERT_TASK, (action_id,))
         except Exception as exc:  # boundary: the alert is best effort; the dead letter is on the page
             logger.warning("dead-letter alert for action #%s not queued: %s", action_id, exc)
 

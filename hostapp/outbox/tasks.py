@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 # acks_late + reject_on_worker_lost: a worker killed mid-task gives the message back.
 # The task is safe to run twice, or for nothing: only one run can claim an action.
-@shared_task(name="hostapp.outbox.deliver", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@shared_task(name=actions.DELIVER_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def deliver(action_id: int = 0) -> dict[str, int]:
     """A wake-up (for `action_id`, or 0: whatever is due): deliver the due actions, in batches."""
     worker = f"{deliver.request.hostname or socket.gethostname()}"
@@ -33,7 +33,7 @@ def sweep() -> dict[str, int]:
 
 
 @shared_task(
-    name="hostapp.outbox.dead_letter_alert",
+    name=actions.ALERT_TASK,
     ignore_result=True,
     autoretry_for=(httpx.HTTPError,),
     retry_backoff=5,

@@ -30,7 +30,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from hostapp.catalog.actions import import_servers
 from hostapp.catalog.models import Server
-from hostapp.catalog.tasks import queue_refresh
+from hostapp.catalog.refreshes import queue_refresh
 from hostapp.core.supervisor import STACKS_SIGNAL, ChildSpec, Supervisor, become_subreaper
 
 
