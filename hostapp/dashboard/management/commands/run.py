@@ -142,8 +142,8 @@ class Command(BaseCommand):
         become_subreaper()
         env = child_environment()
         py = sys.executable
-        # The stream the command's OutputWrapper wraps (a TextIO; the stubs do not declare it).
-        sup = Supervisor(env, out=cast(IO[str], self.stdout._out))
+        # The command's own OutputWrapper (a TextIOBase: write, flush and isatty are its public API).
+        sup = Supervisor(env, out=cast(IO[str], self.stdout))
         sup.install_signal_handlers()
         try:
             if settings.REDIS_EMBEDDED:
