@@ -405,7 +405,7 @@ class Gateway:
         entry = entries.get(name)
         if entry is None:
             return _text_result(f"Unknown tool: {name}", is_error=True)
-        requester = calls.Requester(Call.AGENT, agent.name, agent=_AgentRef(agent))
+        requester = calls.Requester(Call.AGENT, agent.name, agent=agent)
         # Outside the agent's view (or blocked): the ledger records the refusal, and to the
         # agent the tool does not exist.
         fresh = self._fresh_route(name, arguments) if agent.sees_entry(entry) else None
@@ -590,18 +590,3 @@ class Gateway:
                 is_error=bool(final.is_error),
             )
         return _text_result(json.dumps(summary), structured=summary)
-
-
-class _AgentRef:
-    """What the ledger needs of an agent (its pk, what it may reach) without reading its row again."""
-
-    def __init__(self, info: AgentInfo) -> None:
-        self.pk = info.pk
-        self.name = info.name
-        self.view = info.view
-
-    def may_use(self, server: str) -> bool:
-        return self.view.may_use(server)
-
-    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
-        return self.view.sees(server, exposed_name, original_name, tool_class)
