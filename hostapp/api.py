@@ -256,7 +256,7 @@ def list_tools(request: HttpRequest, filters: Query[ToolFilters]) -> list[dict[s
     limit = max(1, min(filters.limit, 1000))
     offset = max(0, filters.offset)
     if agent is not None and agent.view.narrowed:  # its view, as its /mcp list shows it
-        seen = [t for t in tools if agent.sees(t.server.name, t.exposed_name, t.original_name, t.effective_class)]
+        seen = [t for t in tools if agent.sees_tool(t)]
         return [tool_row(t) for t in seen[offset : offset + limit]]
     return [tool_row(t) for t in tools[offset : offset + limit]]
 
@@ -265,13 +265,7 @@ def list_tools(request: HttpRequest, filters: Query[ToolFilters]) -> list[dict[s
 def get_tool(request: HttpRequest, name: str) -> dict[str, Any]:
     tool = Tool.objects.select_related("server").filter(exposed_name=name).first()
     agent = _agent(request)
-    if tool is None or (
-        agent is not None
-        and (
-            not agent.sees(tool.server.name, tool.exposed_name, tool.original_name, tool.effective_class)
-            or tool.status != Tool.ACTIVE
-        )
-    ):
+    if tool is None or (agent is not None and (not agent.sees_tool(tool) or tool.status != Tool.ACTIVE)):
         raise HttpError(404, f"no tool named {name!r}")
     return tool_row(tool)
 

@@ -98,6 +98,7 @@ def check_arguments(schema_json: str, arguments: Any) -> list[dict[str, str]]:
 _CALL_TOOL_FIELDS = (
     "exposed_name",
     "original_name",
+    "agent_name",
     "status",
     "quarantine_reason",
     "effective_class",
@@ -135,9 +136,7 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
     if tool is None:
         raise CallError(f"no tool named {tool_name!r}", status=404)
     agent = requester.agent
-    if agent is not None and not agent.sees(
-        tool.server.name, tool.exposed_name, tool.original_name, tool.effective_class
-    ):
+    if agent is not None and not agent.sees_tool(tool):
         # Outside the agent's view: to it the tool does not exist, and the refusal is on record.
         refused = Decision(Call.REFUSE, f"outside the view of the agent {requester.name}")
         life.open_call(new_call(tool, refused, requester, storable(arguments), timezone.now()), tool=tool)

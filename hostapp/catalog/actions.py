@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from hostapp.core.events import send_event_on_commit
@@ -30,7 +30,7 @@ from hostapp.mcp.sanitize import (
 
 from . import states, tool_rows
 from .models import DESTRUCTIVE, READ_ONLY, SECRET_MASK, WRITE, Server, Tool
-from .naming import expose_names
+from .naming import check_rename, expose_names, own_names
 
 logger = logging.getLogger(__name__)
 
@@ -450,4 +450,53 @@ def set_class_override(tool: Tool, override: str) -> None:
         tool.class_override = override
         tool.effective_class = effective_class(tool.annotations, tool.server.trusted, override)
         tool.save(update_fields=["class_override", "effective_class"])
+        send_event_on_commit("catalog.changed", {"server": tool.server.name, "tool": tool.exposed_name})
+
+
+class OverrideError(ValueError):
+    """An override that cannot be kept: the message says why (a clash names the other tool)."""
+
+
+def check_agent_name(tool: Tool, name: str) -> str:
+    """`name` as `tool`'s name for agents ("": no rename), or OverrideError saying why not.
+
+    A new name must be model-safe and unique in every view that can show it: among every
+    tool's name in prefixed views (exposed names and other renames), and among the names of
+    its own server's tools in a view of that server without the prefix."""
+    name = name.strip()
+    if not name or name == tool.exposed_name:
+        return ""
+    try:
+        name = check_rename(name)
+    except ValueError as exc:
+        raise OverrideError(str(exc)) from None
+    clash = (
+        Tool.objects.exclude(pk=tool.pk)
+        .filter(models.Q(exposed_name=name) | models.Q(agent_name=name))
+        .values_list("exposed_name", flat=True)
+        .first()
+    )
+    if clash is not None:
+        raise OverrideError(f"{name!r} is taken: agents already see {clash} by that name")
+    siblings = Tool.objects.filter(server_id=tool.server_id).exclude(pk=tool.pk).values_list("original_name", flat=True)
+    own = {e.name: original for original, e in own_names([*siblings, tool.original_name]).items()}
+    if own.get(name, tool.original_name) != tool.original_name:
+        raise OverrideError(
+            f"{name!r} is taken in a view of {tool.server.name} without the prefix: it is the name of its tool "
+            f"{own[name]!r}"
+        )
+    return name
+
+
+def set_override(tool: Tool, name: str, description: str, user: Any) -> None:
+    """What agents are given for `tool` from now on: its name (`check_agent_name`) and its
+    description (blank: the server's), cleaned as a server's is. On record: who and when."""
+    description, _ = _clean(description, DESCRIPTION_CAP)
+    with transaction.atomic():
+        name = check_agent_name(tool, name)
+        overridden = bool(name or description)
+        tool.agent_name, tool.agent_description = name, description
+        tool.override_at = timezone.now() if overridden else None
+        tool.override_by = user if overridden and getattr(user, "pk", None) else None
+        tool.save(update_fields=["agent_name", "agent_description", "override_at", "override_by"])
         send_event_on_commit("catalog.changed", {"server": tool.server.name, "tool": tool.exposed_name})

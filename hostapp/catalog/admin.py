@@ -108,9 +108,24 @@ class ServerAdmin(admin.ModelAdmin):
         actions.save_server(obj, config_changed=True, trust_changed=trust_changed)
 
 
+class ToolForm(forms.ModelForm):
+    """The class and what agents are given; a rename is checked as on the tool's page."""
+
+    class Meta:
+        model = Tool
+        fields = ["class_override", "agent_name", "agent_description"]
+
+    def clean_agent_name(self) -> str:
+        try:
+            return actions.check_agent_name(self.instance, self.cleaned_data.get("agent_name") or "")
+        except actions.OverrideError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
 @admin.register(Tool)
 class ToolAdmin(admin.ModelAdmin):
-    list_display = ["exposed_name", "server", "effective_class", "class_override", "status"]
+    form = ToolForm
+    list_display = ["exposed_name", "agent_name", "server", "effective_class", "class_override", "status"]
     list_filter = ["status", "effective_class", "server"]
     search_fields = ["exposed_name", "original_name", "title", "description"]
     readonly_fields = [
@@ -131,11 +146,15 @@ class ToolAdmin(admin.ModelAdmin):
         "effective_class",
         "accepted_at",
         "accepted_by",
+        "override_at",
+        "override_by",
     ]
-    fields = ["class_override", *readonly_fields]
+    fields = ["class_override", "agent_name", "agent_description", *readonly_fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def save_model(self, request: HttpRequest, obj: Tool, form: Any, change: bool) -> None:
         actions.set_class_override(obj, obj.class_override)
+        if {"agent_name", "agent_description"} & set(form.changed_data):
+            actions.set_override(obj, obj.agent_name, obj.agent_description, request.user)

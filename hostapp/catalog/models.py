@@ -384,6 +384,14 @@ class Tool(models.Model):
     )
     effective_class = models.CharField(max_length=12, choices=CLASS_CHOICES, default=DESTRUCTIVE)
 
+    # What agents are given instead of the exposed name and the server's description (an
+    # admin's override, hostapp/catalog/actions.py `set_override`; blank: the server's). A
+    # change by the server still quarantines the tool: the override is kept beside the pin.
+    agent_name = models.CharField(max_length=64, blank=True)
+    agent_description = models.TextField(blank=True)
+    override_at = models.DateTimeField(null=True, blank=True)
+    override_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
     first_seen_at = models.DateTimeField(auto_now_add=True)
     changed_at = models.DateTimeField(auto_now_add=True)
     accepted_at = models.DateTimeField(null=True, blank=True)
@@ -394,6 +402,9 @@ class Tool(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["server", "original_name"], name="tool_unique_per_server"),
             models.UniqueConstraint(fields=["exposed_name"], name="tool_unique_exposed_name"),
+            models.UniqueConstraint(
+                fields=["agent_name"], condition=~models.Q(agent_name=""), name="tool_unique_agent_name"
+            ),
         ]
         indexes = [
             # The catalog filters by status and class; search scans the rest.
@@ -407,6 +418,15 @@ class Tool(models.Model):
     @property
     def display_name(self) -> str:
         return self.title or self.original_name
+
+    @property
+    def name_for_agents(self) -> str:
+        """The name agents call it by in a prefixed view: an admin's rename, else the exposed name."""
+        return self.agent_name or self.exposed_name
+
+    @property
+    def overridden(self) -> bool:
+        return bool(self.agent_name or self.agent_description)
 
     @property
     def annotations(self) -> dict[str, Any]:

@@ -6,6 +6,10 @@ longer than 64 characters is truncated and given a short hash of the original na
 tools whose sanitized names collide keep the one that needed no change and give the
 others a hash suffix. Every choice depends only on the set of names, never on order, so
 a refresh that finds the same tools exposes them under the same names.
+
+An agent's view limited to one server may drop the prefix (`own_names`): the same rules,
+with no prefix. An admin may rename a tool for agents (`check_rename`): the new name keeps
+to the same alphabet and length.
 """
 
 from __future__ import annotations
@@ -43,7 +47,16 @@ def _fit(prefix: str, body: str, original: str, force_hash: bool, hash_len: int 
 
 def expose_names(server: str, originals: Iterable[str]) -> dict[str, Exposed]:
     """Map each original tool name of `server` to its exposed name (and a warning, if any)."""
-    prefix = server + SEPARATOR
+    return _names(server + SEPARATOR, originals)
+
+
+def own_names(originals: Iterable[str]) -> dict[str, Exposed]:
+    """Each original name of one server as an unprefixed view shows it: itself where it is
+    model-safe, else sanitized by the same rules as an exposed name (without the prefix)."""
+    return _names("", originals)
+
+
+def _names(prefix: str, originals: Iterable[str]) -> dict[str, Exposed]:
     names = sorted(set(originals))
     sanitized = {n: _BAD.sub("_", n) or "_" for n in names}
     first: dict[str, str] = {n: _fit(prefix, sanitized[n], n, force_hash=False) for n in names}
@@ -96,3 +109,17 @@ def split_exposed(exposed: str) -> tuple[str, str]:
     if not sep:
         raise ValueError(f"{exposed!r} is not a namespaced tool name")
     return server, rest
+
+
+# Names an admin may not give a tool: the host's own tools are named `patchbay__...`.
+RESERVED_PREFIX = "patchbay" + SEPARATOR
+
+
+def check_rename(name: str) -> str:
+    """`name` as a tool's new name for agents, or ValueError saying why it cannot be."""
+    name = name.strip()
+    if not EXPOSED_RE.match(name):
+        raise ValueError(f"{name[:80]!r} is not a model-safe name: 1 to 64 of A-Z, a-z, 0-9, '_' and '-'")
+    if name.startswith(RESERVED_PREFIX):
+        raise ValueError(f"names starting with {RESERVED_PREFIX} are the host's own")
+    return name

@@ -18,4 +18,5 @@ urlpatterns = [
     path("catalog/<str:exposed_name>/", views.tool_detail, name="tool"),
     path("catalog/<str:exposed_name>/accept/", views.tool_accept, name="tool_accept"),
     path("catalog/<str:exposed_name>/class/", views.tool_class, name="tool_class"),
+    path("catalog/<str:exposed_name>/for-agents/", views.tool_override, name="tool_override"),
 ]

@@ -257,7 +257,9 @@ def catalog(request: HttpRequest) -> HttpResponse:
 
 
 def tool_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
-    tool = get_object_or_404(Tool.objects.select_related("server", "accepted_by"), exposed_name=exposed_name)
+    tool = get_object_or_404(
+        Tool.objects.select_related("server", "accepted_by", "override_by"), exposed_name=exposed_name
+    )
     claimed = tool.annotations
     applied = actions.applied_annotations(tool)
     hints = ["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
@@ -326,4 +328,23 @@ def tool_class(request: HttpRequest, exposed_name: str) -> HttpResponse:
         messages.error(request, str(exc))
     else:
         messages.success(request, f"{tool.exposed_name} is now treated as {tool.get_effective_class_display()}.")
+    return redirect("tool", exposed_name=exposed_name)
+
+
+@require_POST
+@staff_required
+def tool_override(request: HttpRequest, exposed_name: str) -> HttpResponse:
+    """An admin's name and description of the tool for agents (blank: the server's)."""
+    tool = get_object_or_404(Tool.objects.select_related("server"), exposed_name=exposed_name)
+    try:
+        actions.set_override(
+            tool, request.POST.get("agent_name", ""), request.POST.get("agent_description", ""), request.user
+        )
+    except actions.OverrideError as exc:
+        messages.error(request, f"Not changed: {exc}")
+    else:
+        if tool.overridden:
+            messages.success(request, f"Agents are now given {tool.name_for_agents} as an admin wrote it.")
+        else:
+            messages.success(request, f"Agents are given {tool.exposed_name} as its server describes it.")
     return redirect("tool", exposed_name=exposed_name)

@@ -13,12 +13,18 @@ from .models import AgentToken
 class AgentTokenForm(forms.ModelForm):
     class Meta:
         model = AgentToken
-        fields = ["servers", "tools", "exclude", "max_class", "revoked_at"]
+        fields = ["servers", "tools", "exclude", "max_class", "no_prefix", "revoked_at"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         try:
-            view = tokens.make_view(data.get("servers"), data.get("tools"), data.get("exclude"), data.get("max_class"))
+            view = tokens.make_view(
+                data.get("servers"),
+                data.get("tools"),
+                data.get("exclude"),
+                data.get("max_class"),
+                no_prefix=bool(data.get("no_prefix")),
+            )
         except tokens.TokenError as exc:
             raise forms.ValidationError(str(exc)) from None
         data["servers"], data["tools"], data["exclude"] = list(view.servers), list(view.tools), list(view.exclude)
@@ -38,6 +44,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
         "tools",
         "exclude",
         "max_class",
+        "no_prefix",
         "created_at",
         "created_by",
         "last_used_at",

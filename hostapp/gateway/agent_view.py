@@ -6,12 +6,17 @@ tool; an excluding pattern always wins) and the highest class it may see (read-o
 or destructive). A tool outside the view does not exist for that agent: it is not listed,
 and a call of it is refused (and on record as refused). The same object answers for the
 agents' endpoint, the JSON API and the ledger (`hostapp.calls.actions.start_call` asks it).
+
+A view of exactly one server may drop the prefix (`no_prefix`): its agent is given the
+server's own tool names (hostapp/gateway/agent_catalog.py), as if it reached the server
+itself, while every rule of the host still applies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Any
 
 from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, WRITE
 
@@ -30,14 +35,16 @@ class AgentView:
     tools: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     max_class: str = ""  # "" : every class
+    no_prefix: bool = False  # only with exactly one server: its own tool names
 
     def may_use(self, server: str) -> bool:
         return not self.servers or server in self.servers
 
-    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
+    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str, renamed: str = "") -> bool:
+        """`renamed`: the name an admin gave the tool for agents, matched by the patterns too."""
         if not self.may_use(server):
             return False
-        names = (exposed_name, original_name)
+        names = (exposed_name, original_name, renamed) if renamed else (exposed_name, original_name)
         if self.tools and not any(fnmatchcase(n, p) for p in self.tools for n in names):
             return False
         if any(fnmatchcase(n, p) for p in self.exclude for n in names):
@@ -45,9 +52,18 @@ class AgentView:
         # An unknown class ranks above every other: a narrowed view does not show it.
         return not self.max_class or CLASS_RANK.get(tool_class, len(CLASS_RANK)) <= CLASS_RANK[self.max_class]
 
+    def sees_tool(self, tool: Any) -> bool:
+        """`sees` for a catalog Tool row (with its server)."""
+        return self.sees(tool.server.name, tool.exposed_name, tool.original_name, tool.effective_class, tool.agent_name)
+
     @property
     def narrowed(self) -> bool:
         return bool(self.servers or self.tools or self.exclude or self.max_class)
+
+    @property
+    def unprefixed_server(self) -> str | None:
+        """The one server whose own names this view shows, if it drops the prefix."""
+        return self.servers[0] if self.no_prefix and len(self.servers) == 1 else None
 
     def describe(self) -> str:
         """In a few words, for lists and the closing line of a CLI command."""
@@ -58,7 +74,34 @@ class AgentView:
             parts.append(f"not {', '.join(self.exclude)}")
         if self.max_class:
             parts.append(f"up to {self.max_class.replace('_', '-')}")
+        if self.no_prefix:
+            parts.append("its own names, no prefix")
         return "; ".join(parts)
+
+    def checked(self) -> AgentView:
+        """This view, or ViewError when its parts do not fit together."""
+        if self.no_prefix and len(self.servers) != 1:
+            raise ViewError("no prefix: only a view of exactly one server can drop the prefix (give --servers NAME)")
+        return self
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """An authenticated agent as the endpoint, the API and the ledger know it: its token's id,
+    its name (the requester on record) and its view."""
+
+    pk: int
+    name: str
+    view: AgentView = AgentView()
+
+    def may_use(self, server: str) -> bool:
+        return self.view.may_use(server)
+
+    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str, renamed: str = "") -> bool:
+        return self.view.sees(server, exposed_name, original_name, tool_class, renamed)
+
+    def sees_tool(self, tool: Any) -> bool:
+        return self.view.sees_tool(tool)
 
 
 def patterns(values: list[str] | tuple[str, ...] | None, label: str) -> tuple[str, ...]:

@@ -15,9 +15,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from hostapp.core.events import CALLS_GROUP, CATALOG_GROUP
 
+from .agent_view import AgentInfo
 from .models import hash_token
-from .server import AGENT_SCOPE_KEY, AgentInfo, Gateway, current_agent
-from .tokens import authenticate
+from .notices import current_agent
+from .server import AGENT_SCOPE_KEY, Gateway
+from .tokens import authenticate, current_agents
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ _token_cache: dict[str, tuple[float, AgentInfo | None]] = {}
 
 def _load_agent(token: str) -> AgentInfo | None:
     agent = authenticate(token)
-    return AgentInfo(agent.pk, agent.name, agent.view) if agent is not None else None
+    return agent.info if agent is not None else None
 
 
 async def _agent_for(token: str) -> AgentInfo | None:
@@ -117,7 +119,7 @@ class GatewayApp:
         assert self._ready is not None
         async with self.gateway.server.session_manager.run():
             try:
-                await self.gateway.catalog.entries()  # in memory before the first call
+                await self.gateway.catalog.get()  # in memory before the first call
             except Exception:  # boundary: the first call that needs it loads it, or says why
                 logger.exception("the agents' endpoint could not load the catalog")
             self._ready.set()
@@ -146,6 +148,7 @@ class GatewayApp:
                         await self.gateway.catalog_changed()  # a blocked tool is no longer listed
                     if "token.changed" in kinds:
                         _token_cache.clear()  # a revoked token is refused at once, not within the TTL
+                        await self.gateway.views_changed(current_agents)  # an edited view is heard of
                     if kinds & {"catalog.changed", "server.changed"}:
                         await self.gateway.catalog_changed()
             except asyncio.CancelledError:

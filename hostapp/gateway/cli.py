@@ -10,8 +10,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
 
 from . import tokens
+from .agent_catalog import load_catalog
 from .models import AgentToken
-from .server import STATUS_TOOL, AgentInfo, listed, load_catalog
+from .server import STATUS_TOOL
 
 
 def _view_options(p: CommandParser, keep: bool) -> None:
@@ -26,6 +27,12 @@ def _view_options(p: CommandParser, keep: bool) -> None:
         "--max-class",
         default=default,
         help="the highest class it sees: read_only, write or destructive (empty or all: every class)" + what,
+    )
+    p.add_argument(
+        "--prefix",
+        action=argparse.BooleanOptionalAction,
+        default=None if keep else True,
+        help="--no-prefix: a view of exactly one server lists the server's own tool names" + what,
     )
 
 
@@ -64,13 +71,18 @@ def _view_row(agent: AgentToken) -> dict[str, Any]:
         "tools": agent.tools,
         "exclude": agent.exclude,
         "max_class": agent.max_class or None,
+        "no_prefix": agent.no_prefix,
     }
 
 
 def cmd_create(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
     try:
         view = tokens.make_view(
-            _split(options["servers"]), _split(options["tools"]), _split(options["exclude"]), options["max_class"]
+            _split(options["servers"]),
+            _split(options["tools"]),
+            _split(options["exclude"]),
+            options["max_class"],
+            no_prefix=not options["prefix"],
         )
         agent, token = tokens.create_token(options["name"], view=view)
     except (tokens.TokenError, ValidationError) as exc:
@@ -97,6 +109,7 @@ def cmd_update(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) 
             given["tools"] if given["tools"] is not None else agent.tools,
             given["exclude"] if given["exclude"] is not None else agent.exclude,
             options["max_class"] if options["max_class"] is not None else agent.max_class,
+            no_prefix=agent.no_prefix if options["prefix"] is None else not options["prefix"],
         )
         agent = tokens.update_view(agent.name, view)
     except tokens.TokenError as exc:
@@ -112,7 +125,7 @@ def cmd_show(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) ->
     agent = AgentToken.objects.filter(name=options["name"]).first()
     if agent is None:
         raise CommandError(f"no token named {options['name']!r}")
-    tools = listed(AgentInfo(agent.pk, agent.name, agent.view), load_catalog())
+    tools = load_catalog().listed(agent.info)
     rows = [{"name": t.name, "title": t.title, "description": t.description} for t in tools]
     if options["json"]:
         out.write(

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
-from .agent_view import AgentView
+from .agent_view import AgentInfo, AgentView
 
 TOKEN_PREFIX = "pb_"
 
@@ -38,6 +38,8 @@ class AgentToken(models.Model):
         blank=True,
         choices=[("read_only", "read-only"), ("write", "write"), ("destructive", "destructive")],
     )
+    # Only with exactly one server: its agent is given the server's own tool names.
+    no_prefix = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -55,10 +57,20 @@ class AgentToken(models.Model):
 
     @property
     def view(self) -> AgentView:
-        return AgentView(tuple(self.servers or ()), tuple(self.tools or ()), tuple(self.exclude or ()), self.max_class)
+        return AgentView(
+            tuple(self.servers or ()),
+            tuple(self.tools or ()),
+            tuple(self.exclude or ()),
+            self.max_class,
+            self.no_prefix,
+        )
+
+    @property
+    def info(self) -> AgentInfo:
+        return AgentInfo(self.pk, self.name, self.view)
 
     def may_use(self, server_name: str) -> bool:
         return self.view.may_use(server_name)
 
-    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
-        return self.view.sees(server, exposed_name, original_name, tool_class)
+    def sees_tool(self, tool: object) -> bool:
+        return self.view.sees_tool(tool)

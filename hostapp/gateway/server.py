@@ -6,9 +6,10 @@ stateless requests and 2025-era sessions). Patchbay adds what a host must:
 * bearer tokens per agent (stored hashed), checked before the SDK sees the request;
   `Origin` checked against the allowed hosts (403), like the SDK does for Host;
 * the tool list is the active catalog, as the host applies it (sanitized descriptions,
-  applied annotations), limited to the agent's servers, answered from memory and
-  reloaded when the catalog changes (list_changed to 2025-era sessions, a
-  `subscriptions/listen` event to modern clients);
+  applied annotations, an admin's renames), as the agent's view shows it
+  (agent_catalog.py), answered from memory and reloaded when the catalog changes; an
+  agent whose list changed is told so (notices.py: list_changed to 2025-era sessions, a
+  `subscriptions/listen` event to modern clients), and no other;
 * every call goes through the same ledger and policy as a person's: read-only calls
   pass through; write calls are queued and awaited up to a limit; destructive calls wait
   for a person while progress notifications keep a client that asked informed; past the
@@ -29,7 +30,6 @@ import contextlib
 import json
 import logging
 import time
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,31 +39,25 @@ from django.conf import settings
 from django.utils import timezone
 from mcp.server import Server
 from mcp.server.caching import CacheHint
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
-from mcp.shared.subscriptions import ToolsListChanged
+from mcp.server.subscriptions import ListenHandler
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hostapp.calls import actions as calls
 from hostapp.calls import life
 from hostapp.calls.models import Call
-from hostapp.calls.policy import Decision, all_rules, decide
-from hostapp.catalog.actions import applied_annotations
-from hostapp.catalog.models import Tool
+from hostapp.calls.policy import Decision
 from hostapp.catalog.pool import current_pool
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import McpFailure, Pool, errors, result_failure
 
-from .agent_view import AgentView
+from .agent_catalog import Catalog, CatalogCache
+from .agent_view import AgentInfo
+from .notices import Notices, current_agent
 
 logger = logging.getLogger(__name__)
 
 STATUS_TOOL = "patchbay__call_status"
 AGENT_SCOPE_KEY = "patchbay.agent"
-# The agent of the request being served (set around the SDK's app, for hooks that get no
-# request: the SDK's schema lookup).
-current_agent: ContextVar[AgentInfo | None] = ContextVar("patchbay_agent", default=None)
-# How long the in-memory tool list is trusted without a change event (a safety net).
-CATALOG_TTL = 30.0
 PROGRESS_EVERY = 5.0
 # A waiting agent's call is read again this often even without a move heard (a lost event).
 RECHECK = 2.0
@@ -75,42 +69,6 @@ POLICY_FRESH = 1.0
 # A read-only call sent before its row is written: still running after this long, it is
 # written as running (the Calls page shows it) and finished as any other.
 RUNNING_VISIBLE_AFTER = 0.5
-# 2025-era sessions not seen for this long are no longer told of changes.
-LEGACY_SESSION_IDLE = 3600.0
-LEGACY_SESSIONS_MAX = 5000
-# A call that is not finished within the wait answers with this instead of the tool's own
-# output; every advertised output schema admits it.
-DEFERRED_SCHEMA = {
-    "type": "object",
-    "properties": {"call_id": {"type": "integer"}, "status": {"type": "string"}},
-    "required": ["call_id", "status"],
-}
-
-
-@dataclass(frozen=True)
-class AgentInfo:
-    pk: int
-    name: str
-    view: AgentView = AgentView()
-
-    def may_use(self, server: str) -> bool:
-        return self.view.may_use(server)
-
-    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
-        return self.view.sees(server, exposed_name, original_name, tool_class)
-
-    def sees_entry(self, entry: Entry) -> bool:
-        """Listed to this agent: in its view, and not blocked by the policy."""
-        return not entry.blocked and self.sees(entry.server, entry.tool.name, entry.original, entry.tool_class)
-
-
-@dataclass(frozen=True)
-class Entry:
-    server: str
-    tool: types.Tool
-    original: str = ""
-    tool_class: str = ""
-    blocked: bool = False  # a rule blocks it: not listed (a call of it is refused, on record)
 
 
 @dataclass(frozen=True)
@@ -141,115 +99,6 @@ def _status_tool() -> types.Tool:
             read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
         ),
     )
-
-
-def _with_deferred(schema: dict[str, Any]) -> dict[str, Any]:
-    """The tool's own output schema, or the "not finished yet" answer naming the call.
-
-    Definitions move to the root, where the original's `#/$defs/...` references point.
-    """
-    inner = dict(schema)
-    wrapper: dict[str, Any] = {"type": "object"}
-    for key in ("$defs", "definitions"):
-        if key in inner:
-            wrapper[key] = inner.pop(key)
-    wrapper["anyOf"] = [inner, DEFERRED_SCHEMA]
-    return wrapper
-
-
-# What a definition costs a model, roughly: JSON text runs about four bytes a token with
-# the tokenizers in use. An estimate, and labelled as one wherever it is shown.
-BYTES_PER_TOKEN = 4
-
-
-@dataclass(frozen=True)
-class Cost:
-    name: str
-    bytes: int
-
-    @property
-    def tokens(self) -> int:
-        return -(-self.bytes // BYTES_PER_TOKEN)
-
-
-def costs(tools: list[types.Tool]) -> list[Cost]:
-    """Each definition's size as an agent receives it in tools/list (compact JSON, UTF-8)."""
-    out = []
-    for tool in tools:
-        wire = tool.model_dump(by_alias=True, exclude_none=True, mode="json")
-        out.append(Cost(tool.name, len(json.dumps(wire, separators=(",", ":"), ensure_ascii=False).encode())))
-    return out
-
-
-def listed(agent: AgentInfo, entries: dict[str, Entry]) -> list[types.Tool]:
-    """The tools `agent` is given by tools/list (and `mcp token show` shows), in name order."""
-    return [e.tool for e in entries.values() if agent.sees_entry(e)]
-
-
-def load_catalog() -> dict[str, Entry]:
-    entries: dict[str, Entry] = {}
-    tools = Tool.objects.filter(status=Tool.ACTIVE, server__enabled=True).select_related("server")
-    rules = all_rules()
-    for t in tools.order_by("exposed_name"):
-        applied = applied_annotations(t)
-        annotations = types.ToolAnnotations(
-            title=t.title or None,
-            read_only_hint=applied["readOnlyHint"],
-            destructive_hint=applied["destructiveHint"],
-            idempotent_hint=applied["idempotentHint"],
-            open_world_hint=applied["openWorldHint"],
-        )
-        fields: dict[str, Any] = {
-            "name": t.exposed_name,
-            "title": t.title or None,
-            "description": t.description or None,
-            "input_schema": t.input_schema or {"type": "object"},
-            "annotations": annotations,
-        }
-        if t.output_schema:
-            fields["output_schema"] = _with_deferred(t.output_schema)
-        blocked = decide(t, rules).kind == Call.REFUSE
-        entries[t.exposed_name] = Entry(
-            t.server.name, types.Tool(**fields), t.original_name, t.effective_class, blocked
-        )
-    return entries
-
-
-class CatalogCache:
-    """The active catalog in memory; one database read per change, not per request.
-
-    An invalidated list is reloaded on its next use; until then synchronous readers
-    (`peek`) keep the last one loaded."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, Entry] | None = None
-        self._fresh_until = 0.0
-        self._lock = asyncio.Lock()
-
-    def invalidate(self) -> None:
-        self._fresh_until = 0.0
-
-    def peek(self, name: str) -> Entry | None:
-        """A tool from memory, without waiting for a reload (None: unknown)."""
-        return self._entries.get(name) if self._entries is not None else None
-
-    def fingerprint(self) -> int | None:
-        """What agents see of the catalog, to tell a real change from a notice about nothing."""
-        if self._entries is None:
-            return None
-        return hash(
-            tuple(sorted((name, e.server, e.blocked, e.tool.model_dump_json()) for name, e in self._entries.items()))
-        )
-
-    async def entries(self) -> dict[str, Entry]:
-        entries = self._entries
-        if entries is not None and time.monotonic() < self._fresh_until:
-            return entries
-        async with self._lock:
-            if self._entries is None or time.monotonic() >= self._fresh_until:
-                self._entries = await sync_to_async(load_catalog, thread_sensitive=False)()
-                self._fresh_until = time.monotonic() + CATALOG_TTL
-            return self._entries
 
 
 def _agent(ctx: Any) -> AgentInfo:
@@ -313,18 +162,16 @@ def result_for(call: Call) -> types.CallToolResult:
 class Gateway:
     def __init__(self) -> None:
         self.catalog = CatalogCache()
-        self.bus = InMemorySubscriptionBus()
-        # 2025-era sessions to tell of list changes, by Mcp-Session-Id, with when they were
-        # last seen. The SDK makes a session object per request; it notifies through the
-        # session's long-lived connection, so one object per session is enough.
-        self.legacy_sessions: dict[str, tuple[float, Any]] = {}
-        # Read-only tools whose calls may be answered before their row is written, by name;
-        # the generation moves on every catalog change, so a read from before it is not kept.
+        self.notices = Notices()
+        # Read-only tools whose calls may be answered before their row is written, by
+        # exposed name; the generation moves on every catalog change, so a read from before
+        # it is not kept.
         self.routes: dict[str, Route] = {}
         self._routes_generation = 0
         self._background: set[asyncio.Future[Any]] = set()
         # Agents waiting for calls, by call id: `calls_moved` wakes them.
         self._waiting: dict[int, set[asyncio.Event]] = {}
+        self._listen = ListenHandler(self.notices.bus)
         self.server: Server[Any] = Server(
             "patchbay",
             version="0.1.0",
@@ -339,76 +186,92 @@ class Gateway:
             get_tool_input_schema=self._input_schema,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
-            on_subscriptions_listen=ListenHandler(self.bus),
+            on_subscriptions_listen=self.listen,
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
         )
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         """The schema the SDK checks `Mcp-Param-*` headers against: only of a tool this
         request's agent may use (to others it does not exist, as in the tool list)."""
-        entry = self.catalog.peek(name)
+        catalog = self.catalog.peek()
         agent = current_agent.get()
-        if entry is None or agent is None or not agent.sees_entry(entry):
-            return None
-        return entry.tool.input_schema
+        entry = catalog.find(agent, name) if catalog is not None and agent is not None else None
+        return entry.face(agent).input_schema if entry is not None and agent is not None else None
 
-    def _remember(self, ctx: Any) -> None:
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or ctx.session is None:
-            return
-        request = getattr(ctx, "request", None)
-        session_id = request.headers.get("mcp-session-id") if request is not None else None
-        if session_id:
-            if len(self.legacy_sessions) > LEGACY_SESSIONS_MAX:
-                self._forget_idle(time.monotonic() - 60)
-            self.legacy_sessions[session_id] = (time.monotonic(), ctx.session)
+    def _remember(self, ctx: Any, agent: AgentInfo) -> None:
+        """The agent is connected; a 2025-era session is kept to be told of changes."""
+        session_id = None
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.session is not None:
+            request = getattr(ctx, "request", None)
+            session_id = request.headers.get("mcp-session-id") if request is not None else None
+        self.notices.seen(agent, session_id, ctx.session)
 
-    def _forget_idle(self, before: float) -> None:
-        for key in [k for k, (seen, _) in self.legacy_sessions.items() if seen < before]:
-            del self.legacy_sessions[key]
+    async def listen(self, ctx: Any, params: Any) -> Any:
+        """`subscriptions/listen` (2026-07-28): the SDK's handler, its stream kept as the agent's."""
+        agent = _agent(ctx)
+        self.notices.seen(agent)
+        token = current_agent.set(agent)
+        try:
+            return await self._listen(ctx, params)
+        finally:
+            current_agent.reset(token)
 
     async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         agent = _agent(ctx)
-        self._remember(ctx)
-        entries = await self.catalog.entries()
-        tools = [*listed(agent, entries), _status_tool()]
-        return types.ListToolsResult(tools=tools)
+        self._remember(ctx, agent)
+        catalog = await self.catalog.get()
+        return types.ListToolsResult(tools=[*catalog.listed(agent), _status_tool()])
 
     def forget_routes(self) -> None:
         self.routes.clear()
         self._routes_generation += 1
 
     async def catalog_changed(self) -> None:
-        """Tell every connected agent that the list changed (both eras), if it did."""
+        """The catalog may have changed: reload it, and tell each connected agent whose list
+        changed (both eras)."""
         self.forget_routes()
-        before = self.catalog.fingerprint()
+        before = self.catalog.peek()
         self.catalog.invalidate()
-        after = (await self.catalog.entries(), self.catalog.fingerprint())[1]
-        if before is not None and before == after:
+        after = await self.catalog.get()
+        agents = self.notices.connected()
+        if before is None:
+            await self.notices.tell(set(agents))
             return
-        await self.bus.publish(ToolsListChanged())
-        self._forget_idle(time.monotonic() - LEGACY_SESSION_IDLE)
-        for key, (_, session) in list(self.legacy_sessions.items()):
-            try:
-                await session.send_tool_list_changed()
-            except Exception:  # boundary: a gone session only misses a notice
-                self.legacy_sessions.pop(key, None)
+        await self.notices.tell({pk for pk, a in agents.items() if before.fingerprint(a) != after.fingerprint(a)})
+
+    async def views_changed(self, load: Any) -> None:
+        """Some agents' views may have changed (`token.changed`): `load(pks)` reads the
+        current agents of those tokens (the revoked left out); each whose list changed is told."""
+        agents = self.notices.connected()
+        if not agents:
+            return
+        fresh: dict[int, AgentInfo] = await sync_to_async(load, thread_sensitive=False)(set(agents))
+        catalog = await self.catalog.get()
+        changed = {
+            pk
+            for pk, a in fresh.items()
+            if a != agents[pk] and catalog.fingerprint(a) != catalog.fingerprint(agents[pk])
+        }
+        self.notices.replace(fresh, gone=set(agents) - set(fresh))
+        await self.notices.tell(changed)
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         agent = _agent(ctx)
-        self._remember(ctx)
+        self._remember(ctx, agent)
         name = params.name
         # Checked, sent and kept as the ledger can keep them (`calls.actions.start_call` too).
         arguments = storable(params.arguments or {})
         if name == STATUS_TOOL:
             return await self._status(agent, arguments)
-        entries = await self.catalog.entries()
-        entry = entries.get(name)
+        catalog: Catalog = await self.catalog.get()
+        entry = catalog.find_any(agent, name)
         if entry is None:
             return _text_result(f"Unknown tool: {name}", is_error=True)
+        name = entry.exposed_name  # the catalog's name, whatever the agent calls it
         requester = calls.Requester(Call.AGENT, agent.name, agent=agent)
         # Outside the agent's view (or blocked): the ledger records the refusal, and to the
         # agent the tool does not exist.
-        fresh = self._fresh_route(name, arguments) if agent.sees_entry(entry) else None
+        fresh = self._fresh_route(name, arguments) if entry.visible_to(agent) else None
         if fresh is not None:
             return await self._run_read_only(*fresh, requester, arguments)
         generation, read_at = self._routes_generation, time.monotonic()
@@ -416,7 +279,7 @@ class Gateway:
             call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester, run=False)
         except calls.CallError as exc:
             if exc.status == 404:
-                return _text_result(f"Unknown tool: {name}", is_error=True)
+                return _text_result(f"Unknown tool: {params.name}", is_error=True)
             details = "; ".join(f"{e['path'] or '(arguments)'}: {e['message']}" for e in exc.errors[:10])
             return _text_result(exc.message + (f" ({details})" if details else ""), is_error=True)
         if call.decision == Call.RUN and call.status == Call.RUNNING:

@@ -15,7 +15,7 @@ from hostapp.catalog.models import Server
 from hostapp.core.events import send_event_on_commit
 
 from . import agent_view
-from .agent_view import AgentView
+from .agent_view import AgentInfo, AgentView
 from .models import TOKEN_PREFIX, AgentToken, hash_token
 
 
@@ -33,7 +33,11 @@ def _servers(servers: list[str] | None) -> list[str]:
 
 
 def make_view(
-    servers: list[str] | None, tools: list[str] | None, exclude: list[str] | None, max_class: str | None
+    servers: list[str] | None,
+    tools: list[str] | None,
+    exclude: list[str] | None,
+    max_class: str | None,
+    no_prefix: bool = False,
 ) -> AgentView:
     """A view from what a person gave (CLI options, the Agents page), checked; TokenError if not."""
     try:
@@ -42,14 +46,15 @@ def make_view(
             agent_view.patterns(tools, "tools"),
             agent_view.patterns(exclude, "exclude"),
             agent_view.max_class(max_class),
-        )
+            bool(no_prefix),
+        ).checked()
     except agent_view.ViewError as exc:
         raise TokenError(str(exc)) from None
 
 
 def _set_view(agent: AgentToken, view: AgentView) -> None:
     agent.servers, agent.tools, agent.exclude = list(view.servers), list(view.tools), list(view.exclude)
-    agent.max_class = view.max_class
+    agent.max_class, agent.no_prefix = view.max_class, view.no_prefix
 
 
 def create_token(
@@ -81,7 +86,7 @@ def update_view(name: str, view: AgentView) -> AgentToken:
         if agent is None:
             raise TokenError(f"no active token named {name!r}")
         _set_view(agent, view)
-        agent.save(update_fields=["servers", "tools", "exclude", "max_class"])
+        agent.save(update_fields=["servers", "tools", "exclude", "max_class", "no_prefix"])
         announce(agent)
     return agent
 
@@ -100,6 +105,11 @@ def revoke_token(name: str) -> AgentToken:
         agent.save(update_fields=["revoked_at"])
         announce(agent)
     return agent
+
+
+def current_agents(pks: set[int]) -> dict[int, AgentInfo]:
+    """The active agents among `pks`, as their tokens say now (a revoked one is left out)."""
+    return {a.pk: a.info for a in AgentToken.objects.filter(pk__in=pks, revoked_at__isnull=True)}
 
 
 def authenticate(token: str) -> AgentToken | None:

@@ -12,13 +12,15 @@ from hostapp.core import crypto
 from hostapp.core.http import staff_required
 
 from . import tokens
+from .agent_catalog import BYTES_PER_TOKEN, costs, load_catalog
+from .agent_view import AgentView
 from .models import AgentToken
-from .server import BYTES_PER_TOKEN, AgentInfo, costs, listed, load_catalog
 
 # The token just created, kept in the session (encrypted, as every stored secret) from the
 # POST that made it to the one page that shows it: a reload shows the page, never the token
 # again, and never sends the form again.
 NEW_TOKEN_KEY = "gateway.new_token"
+CLASS_CHOICES = [("", "every class"), ("read_only", "read-only"), ("write", "write"), ("destructive", "destructive")]
 
 
 def endpoint_url(request: HttpRequest) -> str:
@@ -35,9 +37,9 @@ def agents(request: HttpRequest) -> HttpResponse:
     new_token = _take_new_token(request)
     endpoint = endpoint_url(request)
     tokens_shown = list(AgentToken.objects.order_by("revoked_at", "name"))
-    entries = load_catalog()
+    catalog = load_catalog()
     for agent in tokens_shown:
-        agent.costs = costs(listed(AgentInfo(agent.pk, agent.name, agent.view), entries))  # type: ignore[attr-defined]
+        agent.costs = costs(catalog.listed(agent.info))  # type: ignore[attr-defined]
         agent.total_bytes = sum(c.bytes for c in agent.costs)  # type: ignore[attr-defined]
         agent.total_tokens = sum(c.tokens for c in agent.costs)  # type: ignore[attr-defined]
     context = {
@@ -47,6 +49,7 @@ def agents(request: HttpRequest) -> HttpResponse:
         "snippets": tokens.client_snippets(endpoint, new_token["token"]) if new_token else [],
         "endpoint": endpoint,
         "bytes_per_token": BYTES_PER_TOKEN,
+        "class_choices": CLASS_CHOICES,
     }
     response = render(request, "gateway/agents.html", context)
     if new_token:
@@ -55,16 +58,21 @@ def agents(request: HttpRequest) -> HttpResponse:
     return response
 
 
+def _posted_view(request: HttpRequest) -> AgentView:
+    """The view the form of a new token, or of a token's view, sent (TokenError if it cannot be)."""
+    return tokens.make_view(
+        request.POST.getlist("servers"),
+        request.POST.get("tools", "").split(","),
+        request.POST.get("exclude", "").split(","),
+        request.POST.get("max_class", ""),
+        no_prefix=bool(request.POST.get("no_prefix")),
+    )
+
+
 def _create(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("name", "").strip()
     try:
-        view = tokens.make_view(
-            request.POST.getlist("servers"),
-            request.POST.get("tools", "").split(","),
-            request.POST.get("exclude", "").split(","),
-            request.POST.get("max_class", ""),
-        )
-        agent, token = tokens.create_token(name, user=request.user, view=view)
+        agent, token = tokens.create_token(name, user=request.user, view=_posted_view(request))
     except tokens.TokenError as exc:
         messages.error(request, str(exc))
     except ValidationError as exc:
@@ -88,6 +96,18 @@ def _take_new_token(request: HttpRequest) -> dict[str, str] | None:
             f"The new token of {kept['name']} cannot be shown (the encryption key changed): revoke it and create another.",
         )
         return None
+
+
+@require_POST
+@staff_required
+def edit_view(request: HttpRequest, name: str) -> HttpResponse:
+    try:
+        agent = tokens.update_view(name, _posted_view(request))
+    except tokens.TokenError as exc:
+        messages.error(request, f"The view of {name} is unchanged: {exc}")
+    else:
+        messages.success(request, f"{agent.name} now sees {agent.view.describe()}.")
+    return redirect("agents")
 
 
 @require_POST

@@ -32,8 +32,8 @@ from hostapp.catalog.models import DESTRUCTIVE, READ_ONLY, Server, Tool
 from hostapp.catalog.pool import close_pool, refresh_server
 from hostapp.core import events
 from hostapp.gateway import server as gateway_server
-from hostapp.gateway.agent_view import AgentView
-from hostapp.gateway.server import AGENT_SCOPE_KEY, AgentInfo, Gateway
+from hostapp.gateway.agent_view import AgentInfo, AgentView
+from hostapp.gateway.server import AGENT_SCOPE_KEY, Gateway
 from hostapp.gateway.tokens import create_token
 from tests.helpers import REPO, wait_until
 

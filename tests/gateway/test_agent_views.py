@@ -9,8 +9,8 @@ import json
 import mcp_types as types
 import pytest
 
+from hostapp.gateway.agent_catalog import costs
 from hostapp.gateway.agent_view import AgentView, ViewError, max_class, patterns
-from hostapp.gateway.server import costs
 from tests.gateway.agents import MODES, agent, text, tool_names
 from tests.gateway.conftest import BUNDLED_TOOLS, STATUS_TOOL, GatewayHost
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import mcp_types as types
 
-from hostapp.gateway.agent_view import AgentView
-from hostapp.gateway.server import AgentInfo, Entry, Gateway, current_agent
+from hostapp.gateway.agent_catalog import Catalog, Entry
+from hostapp.gateway.agent_view import AgentInfo, AgentView
+from hostapp.gateway.notices import current_agent
+from hostapp.gateway.server import Gateway
 
 SCHEMA = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
 
 
 def _gateway() -> Gateway:
     gateway = Gateway()
-    gateway.catalog._entries = {
-        "ops__deploy": Entry("ops", types.Tool(name="ops__deploy", input_schema=SCHEMA)),
-        "mailbox__read": Entry("mailbox", types.Tool(name="mailbox__read", input_schema={"type": "object"})),
-    }
+    deploy = Entry("ops", types.Tool(name="ops__deploy", input_schema=SCHEMA))
+    read = Entry("mailbox", types.Tool(name="mailbox__read", input_schema={"type": "object"}))
+    gateway.catalog.keep(Catalog({"ops__deploy": deploy, "mailbox__read": read}, {}))
     return gateway
 
 
