@@ -226,6 +226,8 @@ class ToolOut(Schema):
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     status: str
+    agent_name: str | None = None
+    agent_description: str | None = None
 
 
 class ToolFilters(Schema):

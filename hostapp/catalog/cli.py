@@ -51,6 +51,14 @@ def register(subparsers: argparse._SubParsersAction[CommandParser]) -> None:
     p.add_argument("--status", choices=[Tool.ACTIVE, Tool.QUARANTINED])
     p.set_defaults(handler=cmd_tools)
 
+    p = subparsers.add_parser("rename", help="the name and description agents are given for a tool")
+    p.add_argument("tool", help="the tool's exposed name (server__tool)")
+    p.add_argument("new_name", nargs="?", help="its name for agents (omitted: kept; the exposed name: no rename)")
+    p.add_argument("--description", help="its description for agents (empty: the server's)")
+    p.add_argument("--reset", action="store_true", help="agents get the exposed name and the server's description")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_rename)
+
     p = subparsers.add_parser("refresh", help="list tools again (all servers, or the ones named)")
     p.add_argument("names", nargs="*", metavar="NAME")
     _jobs_argument(p)
@@ -142,6 +150,29 @@ def cmd_tools(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -
     for t in tools:
         flag = "" if t.status == Tool.ACTIVE else f"  [{t.status}: {t.quarantine_reason}]"
         out.write(f"{t.exposed_name:<40} {t.get_effective_class_display():<12} {t.title or t.description[:60]}{flag}")
+    return 0
+
+
+def cmd_rename(options: dict[str, Any], out: OutputWrapper, err: OutputWrapper) -> int:
+    tool = Tool.objects.select_related("server").filter(exposed_name=options["tool"]).first()
+    if tool is None:
+        raise CommandError(f"no tool named {options['tool']!r} (give its exposed name, server__tool)")
+    if options["reset"]:
+        name, description = "", ""
+    else:
+        name = options["new_name"] if options["new_name"] is not None else tool.agent_name
+        description = options["description"] if options["description"] is not None else tool.agent_description
+    try:
+        actions.set_override(tool, name, description, None)
+    except actions.OverrideError as exc:
+        raise CommandError(f"not changed: {exc}") from None
+    if options["json"]:
+        out.write(json.dumps(tool_row(tool), indent=2))
+    elif tool.overridden:
+        described = "an admin's description" if tool.agent_description else "the server's description"
+        out.write(f"agents now call {tool.exposed_name} {tool.name_for_agents}, with {described}")
+    else:
+        out.write(f"agents now call {tool.exposed_name} by that name, with the server's description")
     return 0
 
 

@@ -47,4 +47,7 @@ def tool_row(tool: Tool) -> dict[str, Any]:
         "input_schema": tool.input_schema,
         "output_schema": tool.output_schema,
         "status": tool.status,
+        # An admin's name and description for agents (None: the exposed name, the server's).
+        "agent_name": tool.agent_name or None,
+        "agent_description": tool.agent_description or None,
     }

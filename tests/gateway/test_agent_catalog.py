@@ -213,7 +213,11 @@ def test_the_agents_page_edits_a_view(admin_client: Client) -> None:
 def test_a_change_outside_a_view_leaves_its_fingerprint_as_it_was() -> None:
     _files()
     listed(make_server("mail", trusted=True), tool_def("search"), tool_def("send"))
-    mail, files, prefixed_files = AgentInfo(1, "m", AgentView(("mail",))), own("files"), AgentInfo(3, "f", AgentView(("files",)))
+    mail, files, prefixed_files = (
+        AgentInfo(1, "m", AgentView(("mail",))),
+        own("files"),
+        AgentInfo(3, "f", AgentView(("files",))),
+    )
     before = load_catalog()
 
     actions.set_override(_tool("mail__send"), "", "Sends mail (rewritten).", None)
