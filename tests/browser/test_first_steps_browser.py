@@ -149,3 +149,44 @@ def test_without_the_clipboard_api_copy_selects_the_text_and_copies_it_the_old_w
     button = page.locator("#snippet-claude-code .snippet-head button")
     expect(button).to_have_text(re.compile(r"^(Copied|Selected: press Ctrl\+C)$"))
     assert page.evaluate("window.getSelection().toString()") == command.text_content()
+
+
+def test_a_view_is_edited_on_the_agents_page_and_a_rename_reaches_it(login: Callable[..., Page]) -> None:
+    page = login()
+    create_token(page, "viewer")
+    page.reload()
+    costs = page.locator('details.view-cost[data-agent="viewer"]')
+    expect(costs.locator("summary")).to_contain_text("12 tools")  # every bundled tool
+
+    editing = page.locator('details.edit-view[data-agent="viewer"]')
+    editing.locator("summary").click()
+    editing.get_by_label("Servers it may reach").select_option(["tasks"])
+    editing.get_by_label("Highest class it sees").select_option("write")
+    editing.get_by_label("Without the prefix").check()
+    editing.get_by_role("button", name="Save view").click()
+    expect(page.get_by_text("viewer now sees servers tasks; up to write; its own names, no prefix.")).to_be_visible()
+    costs.locator("summary").click()
+    expect(costs.locator("summary")).to_contain_text("3 tools")
+    expect(costs.locator("tbody code")).to_have_text(["add", "complete", "list"])
+    # The form shows the view as it is now.
+    editing.locator("summary").click()
+    expect(editing.get_by_label("Without the prefix")).to_be_checked()
+    expect(editing.get_by_label("Highest class it sees")).to_have_value("write")
+
+    # An admin renames a tool on its page; the view lists the new name.
+    page.goto("/catalog/tasks__list/")
+    page.get_by_label("Name for agents").fill("list_tasks")
+    page.get_by_label("Description for agents").fill("Lists the tasks, open ones first.")
+    page.get_by_role("button", name="Save for agents").click()
+    expect(page.get_by_text("Agents are now given list_tasks as an admin wrote it.")).to_be_visible()
+    expect(page.locator("#for-agents .agent-description")).to_have_text("Lists the tasks, open ones first.")
+    page.goto("/agents/")
+    costs.locator("summary").click()
+    expect(costs.locator("tbody code")).to_have_text(["add", "complete", "list_tasks"])
+    # A clash is refused with the reason, and the page says so.
+    page.goto("/catalog/tasks__add/")
+    page.get_by_label("Name for agents").fill("list_tasks")
+    page.get_by_role("button", name="Save for agents").click()
+    expect(
+        page.get_by_text("Not changed: 'list_tasks' is taken: agents already see tasks__list by that name")
+    ).to_be_visible()
