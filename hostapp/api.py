@@ -22,6 +22,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
 from hostapp.calls import actions as call_actions
+from hostapp.calls import suggest
 from hostapp.calls.models import Call
 from hostapp.catalog.models import Server, Tool, live_states
 from hostapp.catalog.refreshes import queue_refresh
@@ -280,6 +281,22 @@ class CallIn(Schema):
     arguments: dict[str, Any] = {}
 
 
+class BasisOut(Schema):
+    call_id: int
+    approval: Literal["approved", "denied"]
+    weight: float
+
+
+class SuggestionOut(Schema):
+    """What a person would likely answer (hostapp/calls/suggest.py), made when the call began to wait."""
+
+    verdict: Literal["allow", "ask", "block"]
+    probability: float | None
+    basis: list[BasisOut]
+    evidence: float | None
+    reason: str
+
+
 class CallOut(Schema):
     call_id: int
     tool: str
@@ -297,6 +314,7 @@ class CallOut(Schema):
     is_error: bool
     denial_reason: str | None
     approval_expires_at: datetime | None
+    suggestion: SuggestionOut | None = None
 
 
 class CallError(Schema):
@@ -322,6 +340,7 @@ def _call_out(call: Call) -> dict[str, Any]:
         "is_error": call.is_error,
         "denial_reason": call.denial_reason or None,
         "approval_expires_at": call.approval_expires_at,
+        "suggestion": suggest.shown(call),
     }
 
 

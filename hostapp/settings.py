@@ -418,6 +418,8 @@ LOGGING = {
 
 # How long a call to a destructive tool waits for a person before it expires.
 PATCHBAY_APPROVAL_TTL = env_int("PATCHBAY_APPROVAL_TTL", 15 * 60, minimum=10)
+# A suggestion for an approver that takes longer than this (milliseconds) says "ask".
+PATCHBAY_SUGGEST_LIMIT = env_int("PATCHBAY_SUGGEST_LIMIT_MS", 250, minimum=1) / 1000
 # Four eyes: a call is approved by someone other than the person who asked for it.
 PATCHBAY_FOUR_EYES = env_bool("PATCHBAY_FOUR_EYES", False)
 # Results larger than this (bytes of JSON) are shown truncated; the full value is a download.

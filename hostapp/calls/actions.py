@@ -25,6 +25,7 @@ from hostapp.mcp import McpFailure, result_failure
 from . import life
 from .models import Call, Rule
 from .policy import Decision, decide
+from .suggest import suggest
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +151,9 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
         raise CallError(f"invalid arguments{where}: {first['message']}", errors=errors)
     decision = decide(tool)
     fields = new_call(tool, decision, requester, arguments, timezone.now())
+    if decision.kind == Call.ASK:
+        # What an approver is shown beside the call, made before anyone decides.
+        fields["suggestion"] = suggest(Call(**fields)).as_json()
     call = life.open_call({**fields, "submit_key": submit_key[:64]} if submit_key else fields, tool=tool)
     if decision.kind == Call.RUN and run:
         run_now(call, tool)
@@ -259,6 +263,7 @@ def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver
                     decided_by=_person(approver),
                     decided_by_name=name,
                     decided_at=now,
+                    approval=Call.APPROVED,
                 )
             except life.MovedMeanwhile:
                 raise ApprovalError(f"call #{call.pk} was decided by someone else") from None
@@ -310,19 +315,26 @@ def deny(call_id: int, approver: Any, reason: str, *, approver_name: str = "") -
         call = Call.objects.select_for_update().get(pk=call_id)
         if call.status != Call.WAITING:
             raise ApprovalError(f"call #{call.pk} is {call.get_status_display()}, not waiting for approval")
-        _finish_unapproved(call, Call.DENIED, reason, name, decided_by=_person(approver))
+        _finish_unapproved(
+            call, Call.DENIED, reason, name, decided_by=_person(approver), approval=Call.REFUSED_BY_PERSON
+        )
     return call
 
 
 _LABELS = {Call.DENIED: "Denied", Call.EXPIRED: "Expired", Call.BLOCKED: "Blocked"}
 
 
-def _finish_unapproved(call: Call, status: str, reason: str, actor: str, decided_by: Any = None) -> None:
+def _finish_unapproved(
+    call: Call, status: str, reason: str, actor: str, decided_by: Any = None, approval: str = ""
+) -> None:
+    """`approval`: a person's answer (a denial), what suggestions learn from; none for an
+    expiry, a void approval or a block."""
     now = timezone.now()
     life.move(
         call,
         status,
         life.Event(status, actor, {"reason": reason}),
+        approval=approval,
         denial_reason=reason,
         decided_by=decided_by,
         decided_by_name=actor,

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import Call, CallEvent, Rule
+from .models import ApprovalCost, Call, CallEvent, Rule
 
 
 @admin.register(Rule)
@@ -11,6 +13,19 @@ class RuleAdmin(admin.ModelAdmin):
     list_display = ["server_name", "tool_name", "action", "reason", "source", "created_by", "created_at"]
     list_filter = ["action", "server_name"]
     search_fields = ["server_name", "tool_name", "reason"]
+
+
+@admin.register(ApprovalCost)
+class ApprovalCostAdmin(admin.ModelAdmin):
+    """What mistakes cost, per tool, server or class; the thresholds they set are on the
+    Suggestions page (hostapp/calls/suggest.py). Changes are on record (who, when)."""
+
+    list_display = ["scope", "wrong_allow", "wrong_block", "ask", "note", "updated_by", "updated_at"]
+    fields = ["server_name", "tool_name", "tool_class", "wrong_allow", "wrong_block", "ask", "note"]
+
+    def save_model(self, request: HttpRequest, obj: ApprovalCost, form: Any, change: bool) -> None:
+        obj.updated_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)
 
 
 class CallEventInline(admin.TabularInline):

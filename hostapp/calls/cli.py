@@ -11,6 +11,7 @@ from django.core.management.base import CommandError, CommandParser, OutputWrapp
 
 from . import actions
 from .models import Call
+from .suggest import shown
 
 # Exit codes of `mcp call`.
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_QUEUED = 0, 1, 2, 3, 4
@@ -108,6 +109,7 @@ def call_row(call: Call) -> dict[str, Any]:
         "attempts": call.attempts,
         "duration_ms": call.duration_ms,
         "error": (call.error or {}).get("message"),
+        "suggestion": shown(call),
     }
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -115,6 +116,15 @@ class Call(models.Model):
     # same requester submitting the same key again gets this call, not a second one.
     submit_key = models.CharField(max_length=64, blank=True, default="")
 
+    # A person's answer to its approval request ("": none was asked, or nobody answered):
+    # what suggestions learn from (hostapp/calls/suggest.py).
+    APPROVED, REFUSED_BY_PERSON = "approved", "denied"
+    approval = models.CharField(max_length=8, blank=True, default="")
+    # What the suggestion said when the call began to wait ({"verdict", "probability",
+    # "basis", ...}; hostapp/calls/suggest.py): made before anyone decided, so it is also
+    # what its calibration is measured on.
+    suggestion = models.JSONField(null=True, blank=True)
+
     class Meta:
         ordering = ["-id"]
         constraints = [
@@ -131,6 +141,10 @@ class Call(models.Model):
             models.Index(fields=["server_name", "id"], name="call_server_id"),
             models.Index(fields=["tool_name", "id"], name="call_tool_id"),
             models.Index(fields=["requester_name", "id"], name="call_requester_id"),
+            # Past approvals and denials of a tool, newest first (suggestions learn from them).
+            models.Index(
+                fields=["tool_name", "decided_at"], condition=~models.Q(approval=""), name="call_tool_approvals"
+            ),
         ]
         permissions = [("approve_call", "Can approve or deny calls to destructive tools")]
 
@@ -213,3 +227,52 @@ class CallEvent(models.Model):
     @property
     def word(self) -> str:
         return self.WORDS.get(self.kind, self.kind.replace("_", " "))
+
+
+class ApprovalCost(models.Model):
+    """What mistakes of an approval cost, for one tool, one server, one class, or every call
+    (all three blank): the suggestion's verdict follows from them (hostapp/calls/suggest.py).
+    The most specific row wins: a tool's, then its server's, then its class's, then the
+    default row; without any, the built-in costs of its class."""
+
+    server_name = models.CharField(max_length=32, blank=True, help_text="With a tool name: that tool.")
+    tool_name = models.CharField(max_length=64, blank=True, help_text="An exposed tool name (its server's too).")
+    tool_class = models.CharField(max_length=12, choices=CLASS_CHOICES, blank=True)
+    wrong_allow = models.FloatField(help_text="The cost of allowing a call a person would have denied.")
+    wrong_block = models.FloatField(help_text="The cost of blocking a call a person would have approved.")
+    ask = models.FloatField(help_text="The cost of asking a person (their time, the agent's wait).")
+    note = models.CharField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["server_name", "tool_name", "tool_class"], name="one_cost_per_scope"),
+            models.CheckConstraint(
+                condition=models.Q(wrong_allow__gt=0, wrong_block__gt=0, ask__gt=0), name="costs_positive"
+            ),
+        ]
+        ordering = ["server_name", "tool_name", "tool_class"]
+
+    def __str__(self) -> str:
+        return f"costs of {self.scope}"
+
+    def clean(self) -> None:
+        """One scope: a tool (its server is the one its name begins with), a server, or a class."""
+        if self.tool_name:
+            server, sep, _ = self.tool_name.partition("__")
+            if not sep:
+                raise ValidationError({"tool_name": "give the exposed name, server__tool"})
+            self.server_name = server
+        if self.tool_class and self.server_name:
+            raise ValidationError({"tool_class": "a class covers every server: leave the server and tool empty"})
+
+    @property
+    def scope(self) -> str:
+        if self.tool_name:
+            return self.tool_name
+        if self.server_name:
+            return f"{self.server_name} (every tool)"
+        if self.tool_class:
+            return f"{self.get_tool_class_display()} tools"
+        return "every call"

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from hostapp.catalog.models import Tool
 from hostapp.core.http import safe_next
 
-from . import actions
+from . import actions, suggest
 from .models import Call
 
 CALLS_PAGE_SIZE = 50
@@ -246,3 +246,17 @@ def call_tool(request: HttpRequest, exposed_name: str) -> HttpResponse:
     if repeated:
         messages.info(request, f"This form was sent before: this is its call, #{call.pk}.")
     return redirect(url)
+
+
+def suggestions(request: HttpRequest) -> HttpResponse:
+    """How suggestions are made, the thresholds the costs set, and how well they did."""
+    context = {
+        "costs": suggest.cost_table(),
+        "calibration": suggest.measured(),
+        "min_evidence": suggest.MIN_EVIDENCE,
+        "history": suggest.HISTORY,
+        "sharpness": suggest.SHARPNESS,
+        "tool_min": suggest.TOOL_MIN,
+        "limit_ms": round(settings.PATCHBAY_SUGGEST_LIMIT * 1000),
+    }
+    return render(request, "calls/suggestions.html", context)

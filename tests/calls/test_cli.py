@@ -144,6 +144,8 @@ def test_calls_lists_the_ledger_as_json_newest_first(ops: Server) -> None:
         "attempts": 0,
         "duration_ms": None,
         "error": None,
+        # No past answers to learn from: ask (hostapp/calls/suggest.py).
+        "suggestion": {"verdict": "ask", "probability": 0.5, "basis": [], "evidence": 0.0, "reason": "no past answers"},
     }
 
 

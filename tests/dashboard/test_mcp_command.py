@@ -31,6 +31,7 @@ SUBCOMMANDS = {
     "redrive": ["redrive", "1"],
     "discard": ["discard", "1", "--reason", "no"],
     "resolve": ["resolve", "1"],
+    "rename": ["rename", "files__read", "read_file"],
     "token": ["token", "create", "bot"],
     "auth": ["auth", "list"],
     "secrets": ["secrets", "rotate"],

@@ -29,3 +29,11 @@ def stamp(value: datetime | None, fmt: str = "Y-m-d H:i:s") -> SafeString | str:
         shown,
         dateformat.format(local, "T"),
     )
+
+
+@register.filter
+def pct(value: float | None) -> str:
+    """`{{ 0.934|pct }}`: "93%" (a probability, as people read it); "" for none."""
+    if value is None:
+        return ""
+    return f"{round(float(value) * 100)}%"
