@@ -22,7 +22,7 @@ from hostapp.catalog.pool import current_pool, pool_for
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import McpFailure, result_failure
 
-from . import life
+from . import life, notify
 from .models import Call, Rule
 from .policy import Decision, decide
 from .suggest import suggest
@@ -157,6 +157,8 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
     call = life.open_call({**fields, "submit_key": submit_key[:64]} if submit_key else fields, tool=tool)
     if decision.kind == Call.RUN and run:
         run_now(call, tool)
+    elif call.status == Call.WAITING:
+        notify.call_waiting(call)
     return call
 
 
