@@ -420,6 +420,9 @@ LOGGING = {
 PATCHBAY_APPROVAL_TTL = env_int("PATCHBAY_APPROVAL_TTL", 15 * 60, minimum=10)
 # A suggestion for an approver that takes longer than this (milliseconds) says "ask".
 PATCHBAY_SUGGEST_LIMIT = env_int("PATCHBAY_SUGGEST_LIMIT_MS", 250, minimum=1) / 1000
+# Where an admin lets the host act on suggestions, a destructive tool's calls are decided
+# so only once people have answered this many of its calls.
+PATCHBAY_AUTO_DECIDE_MIN_ANSWERS = env_int("PATCHBAY_AUTO_DECIDE_MIN_ANSWERS", 20, minimum=1)
 # Four eyes: a call is approved by someone other than the person who asked for it.
 PATCHBAY_FOUR_EYES = env_bool("PATCHBAY_FOUR_EYES", False)
 # Results larger than this (bytes of JSON) are shown truncated; the full value is a download.

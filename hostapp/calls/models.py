@@ -120,6 +120,9 @@ class Call(models.Model):
     # what suggestions learn from (hostapp/calls/suggest.py).
     APPROVED, REFUSED_BY_PERSON = "approved", "denied"
     approval = models.CharField(max_length=8, blank=True, default="")
+    # The host decided it on the suggestion's verdict (an opt-in, `ApprovalCost.act`), not a
+    # person: such answers are not learned from, nor scored.
+    decided_by_suggestion = models.BooleanField(default=False)
     # What the suggestion said when the call began to wait ({"verdict", "probability",
     # "basis", ...}; hostapp/calls/suggest.py): made before anyone decided, so it is also
     # what its calibration is measured on.
@@ -241,6 +244,12 @@ class ApprovalCost(models.Model):
     wrong_allow = models.FloatField(help_text="The cost of allowing a call a person would have denied.")
     wrong_block = models.FloatField(help_text="The cost of blocking a call a person would have approved.")
     ask = models.FloatField(help_text="The cost of asking a person (their time, the agent's wait).")
+    # Off by default: the host acts on the verdict for this tool or server (allow or deny at
+    # once, on record as decided by the suggestion); for a destructive tool only after
+    # PATCHBAY_AUTO_DECIDE_MIN_ANSWERS past answers. A class or the default row cannot.
+    act = models.BooleanField(
+        default=False, help_text="Act on the verdict: allow or deny without waiting (a tool or server only)."
+    )
     note = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -266,6 +275,8 @@ class ApprovalCost(models.Model):
             self.server_name = server
         if self.tool_class and self.server_name:
             raise ValidationError({"tool_class": "a class covers every server: leave the server and tool empty"})
+        if self.act and not self.server_name:
+            raise ValidationError({"act": "only a tool's or a server's costs may let the host act on the verdict"})
 
     @property
     def scope(self) -> str:
