@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import jsonschema
@@ -25,7 +25,7 @@ from hostapp.mcp import McpFailure, result_failure
 from . import life, notify
 from .models import Call, Rule
 from .policy import Decision, decide
-from .suggest import suggest
+from .suggest import ALLOW, BLOCK, suggest
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +158,36 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
     if decision.kind == Call.RUN and run:
         run_now(call, tool)
     elif call.status == Call.WAITING:
-        notify.call_waiting(call)
+        decided = _act_on_suggestion(call)
+        if decided is None:
+            notify.call_waiting(call)
+        else:
+            call = decided
     return call
+
+
+# Who decided a call the host decided on its suggestion (an admin's opt-in).
+SUGGESTION_ACTOR = "suggestion"
+
+
+def _act_on_suggestion(call: Call) -> Call | None:
+    """Allow or deny `call` at once where its suggestion may be acted on; None: a person decides."""
+    made = call.suggestion or {}
+    if not made.get("acts") or made.get("verdict") not in (ALLOW, BLOCK):
+        return None
+    basis = ", ".join(f"#{b['call_id']}" for b in made.get("basis", []))
+    how = f"a {made['probability']:.0%} chance a person approves it, from {made.get('decisions', 0)} past answers"
+    try:
+        if made["verdict"] == ALLOW:
+            return approve(call.pk, None, approver_name=SUGGESTION_ACTOR, by_suggestion=made)
+        reason = (
+            f"denied on the host's suggestion ({how}; it rests on {basis or 'no single call'}). A person may still "
+            f"approve it: ask one to reopen call #{call.pk} on Patchbay, then ask for its status."
+        )
+        return deny(call.pk, None, reason, approver_name=SUGGESTION_ACTOR, by_suggestion=made)
+    except ApprovalError:  # it could not be decided so (its tool changed): a person does
+        logger.info("call #%s was left to a person: the suggestion could not be acted on", call.pk)
+        return None
 
 
 def run_now(call: Call, tool: Tool) -> Call:
@@ -227,8 +255,16 @@ def _void_reason(call: Call, tool: Tool | None) -> str:
     return ""
 
 
-def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver_name: str = "") -> Call:
+def approve(
+    call_id: int,
+    approver: Any,
+    *,
+    always_allow: bool = False,
+    approver_name: str = "",
+    by_suggestion: dict[str, Any] | None = None,
+) -> Call:
     """Approve a waiting call: single use, bound to its arguments and the tool's definition.
+    `by_suggestion`: the host approves it on its suggestion (no person: not learned from).
 
     A call that can no longer be approved (expired, its tool changed or blocked since) is
     finished as such, and the refusal is raised after that is committed.
@@ -261,11 +297,12 @@ def approve(call_id: int, approver: Any, *, always_allow: bool = False, approver
                 life.move(
                     call,
                     Call.QUEUED,
-                    life.Event("approved", name, {"always_allow": always_allow}),
+                    life.Event("approved", name, {"always_allow": always_allow, **_basis(by_suggestion)}),
                     decided_by=_person(approver),
                     decided_by_name=name,
                     decided_at=now,
-                    approval=Call.APPROVED,
+                    approval="" if by_suggestion else Call.APPROVED,
+                    decided_by_suggestion=bool(by_suggestion),
                 )
             except life.MovedMeanwhile:
                 raise ApprovalError(f"call #{call.pk} was decided by someone else") from None
@@ -308,7 +345,16 @@ def _allow_always(call: Call, tool: Tool, approver: Any, name: str) -> None:
     life.note(call, "rule_created", name, rule=str(rule))
 
 
-def deny(call_id: int, approver: Any, reason: str, *, approver_name: str = "") -> Call:
+def _basis(made: dict[str, Any] | None) -> dict[str, Any]:
+    """What a decision on a suggestion rests on, for the call's history."""
+    if not made:
+        return {}
+    return {"probability": made.get("probability"), "basis": [b["call_id"] for b in made.get("basis", [])]}
+
+
+def deny(
+    call_id: int, approver: Any, reason: str, *, approver_name: str = "", by_suggestion: dict[str, Any] | None = None
+) -> Call:
     name = approver_name or approver.get_username()
     reason = reason.strip()
     if not reason:
@@ -317,9 +363,12 @@ def deny(call_id: int, approver: Any, reason: str, *, approver_name: str = "") -
         call = Call.objects.select_for_update().get(pk=call_id)
         if call.status != Call.WAITING:
             raise ApprovalError(f"call #{call.pk} is {call.get_status_display()}, not waiting for approval")
-        _finish_unapproved(
-            call, Call.DENIED, reason, name, decided_by=_person(approver), approval=Call.REFUSED_BY_PERSON
-        )
+        if by_suggestion:
+            _finish_unapproved(call, Call.DENIED, reason, name, by_suggestion=by_suggestion)
+        else:
+            _finish_unapproved(
+                call, Call.DENIED, reason, name, decided_by=_person(approver), approval=Call.REFUSED_BY_PERSON
+            )
     return call
 
 
@@ -327,16 +376,23 @@ _LABELS = {Call.DENIED: "Denied", Call.EXPIRED: "Expired", Call.BLOCKED: "Blocke
 
 
 def _finish_unapproved(
-    call: Call, status: str, reason: str, actor: str, decided_by: Any = None, approval: str = ""
+    call: Call,
+    status: str,
+    reason: str,
+    actor: str,
+    decided_by: Any = None,
+    approval: str = "",
+    by_suggestion: dict[str, Any] | None = None,
 ) -> None:
     """`approval`: a person's answer (a denial), what suggestions learn from; none for an
-    expiry, a void approval or a block."""
+    expiry, a void approval, a block, or a denial on a suggestion."""
     now = timezone.now()
     life.move(
         call,
         status,
-        life.Event(status, actor, {"reason": reason}),
+        life.Event(status, actor, {"reason": reason, **_basis(by_suggestion)}),
         approval=approval,
+        decided_by_suggestion=bool(by_suggestion),
         denial_reason=reason,
         decided_by=decided_by,
         decided_by_name=actor,
@@ -345,6 +401,32 @@ def _finish_unapproved(
         is_error=True,
         error={"kind": status, "message": f"{_LABELS[status]}: {reason}"},
     )
+
+
+def reopen(call_id: int, person: Any) -> Call:
+    """A person reverses a denial the host made on its suggestion: the call waits for a
+    person again, with a fresh expiry (and approvers are told)."""
+    name = person.get_username()
+    with transaction.atomic():
+        call = Call.objects.select_for_update().get(pk=call_id)
+        if call.status != Call.DENIED or not call.decided_by_suggestion:
+            raise ApprovalError(f"call #{call.pk} was not denied on a suggestion: it cannot be reopened")
+        life.move(
+            call,
+            Call.WAITING,
+            life.Event("reopened", name, {}),
+            decided_by_suggestion=False,
+            decided_by=None,
+            decided_by_name="",
+            decided_at=None,
+            denial_reason="",
+            finished_at=None,
+            is_error=False,
+            error=None,
+            approval_expires_at=timezone.now() + timedelta(seconds=settings.PATCHBAY_APPROVAL_TTL),
+        )
+        notify.call_waiting(call)
+    return call
 
 
 def expire_waiting() -> int:

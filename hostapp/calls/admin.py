@@ -20,8 +20,8 @@ class ApprovalCostAdmin(admin.ModelAdmin):
     """What mistakes cost, per tool, server or class; the thresholds they set are on the
     Suggestions page (hostapp/calls/suggest.py). Changes are on record (who, when)."""
 
-    list_display = ["scope", "wrong_allow", "wrong_block", "ask", "note", "updated_by", "updated_at"]
-    fields = ["server_name", "tool_name", "tool_class", "wrong_allow", "wrong_block", "ask", "note"]
+    list_display = ["scope", "wrong_allow", "wrong_block", "ask", "act", "note", "updated_by", "updated_at"]
+    fields = ["server_name", "tool_name", "tool_class", "wrong_allow", "wrong_block", "ask", "act", "note"]
 
     def save_model(self, request: HttpRequest, obj: ApprovalCost, form: Any, change: bool) -> None:
         obj.updated_by = request.user  # type: ignore[assignment]

@@ -18,11 +18,13 @@ waiting         queued (approved), denied (or approved, but void since), expired
 queued          running (a worker took it), failed (discarded), dead (a dead letter)
 running         succeeded, failed, dead (its delivery is a dead letter), unknown (the
                 outcome is not known), queued (a retry)
+denied          waiting (reopened: a person reverses a denial the host made on its
+                suggestion; `hostapp.calls.actions.reopen` checks which)
 dead            queued (redriven), failed (discarded)
 failed          queued (redriven: a row from before dead letters had a state of their own)
 unknown         queued (redriven), succeeded (a person checked it did), failed (discarded)
 succeeded,
-denied, expired,
+expired,
 blocked         (none: final)
 =============== ===========================================================================
 
@@ -65,7 +67,7 @@ MOVES: dict[str | None, frozenset[str]] = {
     Call.FAILED: frozenset({Call.QUEUED, Call.FAILED}),
     Call.UNKNOWN: frozenset({Call.QUEUED, Call.SUCCEEDED, Call.FAILED}),
     Call.SUCCEEDED: frozenset(),
-    Call.DENIED: frozenset(),
+    Call.DENIED: frozenset({Call.WAITING}),
     Call.EXPIRED: frozenset(),
     Call.BLOCKED: frozenset(),
 }

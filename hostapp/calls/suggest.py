@@ -25,6 +25,10 @@ a wrong allow; blocking costs p times a wrong block; asking costs its own price.
 
 It fails closed: a prediction that raises, or that took longer than
 `PATCHBAY_SUGGEST_LIMIT` seconds, is "ask", never "allow".
+
+Where an admin opted in (`ApprovalCost.act`, for a tool or a server), the host acts on an
+allow or a block at once (`hostapp.calls.actions.start_call`); such decisions are marked as
+the suggestion's, and neither learned from nor scored.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class Costs:
     wrong_block: float
     ask: float
     scope: str = "built in"
+    act: bool = False  # an admin lets the host act on the verdict (ApprovalCost.act)
 
     def verdict(self, p: float) -> str:
         """The action with the lowest expected cost; "ask" where it ties with another."""
@@ -115,6 +120,7 @@ class Suggestion:
     costs: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
     ms: float = 0.0
+    acts: bool = False  # the host acts on this verdict (see `suggest`)
 
     def as_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -191,7 +197,7 @@ def costs_for(server: str, tool: str, tool_class: str) -> Costs:
     for key in ((server, tool, ""), (server, "", ""), ("", "", tool_class), ("", "", "")):
         row = rows.get(key)
         if row is not None:
-            return Costs(row.wrong_allow, row.wrong_block, row.ask, row.scope)
+            return Costs(row.wrong_allow, row.wrong_block, row.ask, row.scope, row.act)
     return Costs(*DEFAULT_COSTS.get(tool_class, DEFAULT_COSTS[DESTRUCTIVE]), scope=f"built in ({tool_class})")
 
 
@@ -253,6 +259,10 @@ def suggest(call: Call, predictor: Any = None) -> Suggestion:
     suggestion.ms = seconds * 1000
     suggestion.costs = {"wrong_allow": costs.wrong_allow, "wrong_block": costs.wrong_block, "ask": costs.ask}
     suggestion.costs["scope"] = costs.scope
+    # Acted on only where an admin opted in, never on "ask", and for a destructive tool only
+    # once people have answered enough of its calls.
+    enough = call.tool_class != DESTRUCTIVE or suggestion.decisions >= settings.PATCHBAY_AUTO_DECIDE_MIN_ANSWERS
+    suggestion.acts = costs.act and suggestion.verdict != ASK and enough
     return suggestion
 
 

@@ -12,5 +12,6 @@ urlpatterns = [
     path("calls/<int:call_id>/result.json", views.call_result_download, name="call_result"),
     path("calls/<int:call_id>/approve/", views.approve, name="call_approve"),
     path("calls/<int:call_id>/deny/", views.deny, name="call_deny"),
+    path("calls/<int:call_id>/reopen/", views.reopen, name="call_reopen"),
     path("catalog/<str:exposed_name>/call/", views.call_tool, name="tool_call"),
 ]

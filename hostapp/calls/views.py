@@ -211,6 +211,21 @@ def deny(request: HttpRequest, call_id: int) -> HttpResponse:
 
 
 @require_POST
+@permission_required("calls.approve_call", raise_exception=True)
+def reopen(request: HttpRequest, call_id: int) -> HttpResponse:
+    """A denial the host made on its suggestion goes back to the approvers."""
+    try:
+        call = actions.reopen(call_id, request.user)
+    except actions.ApprovalError as exc:
+        messages.error(request, str(exc))
+    except Call.DoesNotExist:
+        return HttpResponse("No such call.", status=404)
+    else:
+        messages.success(request, f"Call #{call.pk} waits for a person's approval again.")
+    return redirect("call", call_id=call_id)
+
+
+@require_POST
 def call_tool(request: HttpRequest, exposed_name: str) -> HttpResponse:
     """Start a call from the tool page; answers JSON to the page's script, or redirects a plain form."""
     get_object_or_404(Tool, exposed_name=exposed_name)

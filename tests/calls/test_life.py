@@ -34,8 +34,10 @@ def waiting() -> Call:
 
 def test_every_state_has_its_row_in_the_table_and_the_final_ones_lead_nowhere() -> None:
     assert set(life.MOVES) == {life.NEW, *(status for status, _ in Call.STATUSES)}
-    for status in (Call.SUCCEEDED, Call.DENIED, Call.EXPIRED, Call.BLOCKED):
+    for status in (Call.SUCCEEDED, Call.EXPIRED, Call.BLOCKED):
         assert life.MOVES[status] == frozenset()
+    # A denial leads back only to waiting: a person reopens one the host made on a suggestion.
+    assert life.MOVES[Call.DENIED] == {Call.WAITING}
     assert life.MOVES[life.NEW] == {Call.WAITING, Call.QUEUED, Call.RUNNING, Call.BLOCKED}
 
 

@@ -10,6 +10,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
@@ -247,3 +248,76 @@ def test_the_suggestions_page_shows_thresholds_and_calibration(mail: None, admin
     actions.deny(call.pk, type("Person", (), {"pk": None, "get_username": lambda self: "cli"})(), "no")
     page = admin_client.get(reverse("suggestions")).content.decode()
     assert 'id="brier">0.250<' in page  # one half given, and a denial: (0.5 - 0)^2
+
+
+# --- acting on the verdict (an admin's opt-in) ---------------------------------------------------------
+
+
+def _approvals(n: int, **arguments: Any) -> None:
+    for _ in range(n):
+        answered("mail__send", Call.APPROVED, {"to": "ann@corp.example", **arguments}, requester="cli")
+
+
+def test_without_the_opt_in_a_confident_suggestion_still_waits_for_a_person(mail: None) -> None:
+    _approvals(60)
+    call = actions.start_call("mail__send", {"to": "ann@corp.example"}, REQUESTER)
+    assert call.status == Call.WAITING and call.suggestion["verdict"] == ALLOW and not call.suggestion["acts"]
+
+
+def test_with_the_opt_in_the_host_allows_on_record_and_does_not_learn_from_it(mail: None) -> None:
+    ApprovalCost.objects.create(server_name="mail", wrong_allow=50, wrong_block=5, ask=1, act=True)
+    _approvals(60)
+    call = actions.start_call("mail__send", {"to": "ann@corp.example"}, REQUESTER)
+
+    assert call.status == Call.QUEUED and call.decided_by_suggestion and call.decided_by_name == "suggestion"
+    assert call.approval == ""  # not a person's answer: not learned from, not scored
+    event = call.events.get(kind="approved")
+    assert event.actor == "suggestion" and event.detail["probability"] > 0.98 and len(event.detail["basis"]) == 5
+    assert call.pk not in {row[0] for row in suggest.history("mail__send")}
+
+
+def test_a_destructive_tool_is_acted_on_only_after_enough_answers(mail: None, settings: Any) -> None:
+    settings.PATCHBAY_AUTO_DECIDE_MIN_ANSWERS = 20
+    ApprovalCost.objects.create(
+        server_name="mail", tool_name="mail__send", wrong_allow=2, wrong_block=5, ask=1, act=True
+    )
+    _approvals(10)
+    early = actions.start_call("mail__send", {"to": "ann@corp.example"}, REQUESTER)
+    assert early.status == Call.WAITING and early.suggestion["verdict"] == ALLOW and not early.suggestion["acts"]
+    _approvals(10)
+    later = actions.start_call("mail__send", {"to": "ann@corp.example"}, REQUESTER)
+    assert later.status == Call.QUEUED and later.decided_by_suggestion
+
+
+def test_a_denial_on_a_suggestion_tells_the_agent_a_person_may_approve_and_is_reversible(
+    mail: None, admin_user: Any, admin_client: Client
+) -> None:
+    ApprovalCost.objects.create(server_name="mail", wrong_allow=50, wrong_block=5, ask=1, act=True)
+    for _ in range(20):
+        answered("mail__send", Call.REFUSED_BY_PERSON, {"to": "everyone@corp.example"}, requester="cli")
+    call = actions.start_call("mail__send", {"to": "everyone@corp.example"}, REQUESTER)
+    assert call.status == Call.DENIED, (call.denial_reason, call.suggestion)
+    assert call.decided_by_suggestion and call.approval == "", call.denial_reason
+    assert f"A person may still approve it: ask one to reopen call #{call.pk} on Patchbay" in call.denial_reason
+
+    page = admin_client.get(reverse("call", args=[call.pk])).content.decode()
+    assert "Decided by the host on its suggestion: block" in page and "Reopen for a person" in page
+    admin_client.post(reverse("call_reopen", args=[call.pk]))
+    reopened = Call.objects.get(pk=call.pk)
+    assert reopened.status == Call.WAITING and not reopened.decided_by_suggestion and reopened.denial_reason == ""
+    actions.approve(call.pk, admin_user)
+    assert Call.objects.get(pk=call.pk).approval == Call.APPROVED  # a person's answer: learned from
+    # A person's own denial is not reopened.
+    other = actions.start_call("mail__send", {"to": "someone-new@elsewhere.example"}, REQUESTER)
+    assert other.status == Call.WAITING and other.suggestion["verdict"] == ASK  # a new address: too little history
+    actions.deny(other.pk, admin_user, "no")
+    with pytest.raises(actions.ApprovalError, match="was not denied on a suggestion"):
+        actions.reopen(other.pk, admin_user)
+
+
+def test_only_a_tool_or_a_server_may_let_the_host_act() -> None:
+    with pytest.raises(ValidationError, match="only a tool's or a server's costs"):
+        ApprovalCost(tool_class="destructive", wrong_allow=1, wrong_block=1, ask=1, act=True).full_clean()
+    row = ApprovalCost(tool_name="mail__send", wrong_allow=1, wrong_block=1, ask=1, act=True)
+    row.full_clean()
+    assert row.server_name == "mail"

@@ -4,20 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('calls', '0008_approval_suggestions'),
+        ("calls", "0008_approval_suggestions"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='approvalcost',
-            name='act',
-            field=models.BooleanField(default=False, help_text='Act on the verdict: allow or deny without waiting (a tool or server only).'),
+            model_name="approvalcost",
+            name="act",
+            field=models.BooleanField(
+                default=False, help_text="Act on the verdict: allow or deny without waiting (a tool or server only)."
+            ),
         ),
         migrations.AddField(
-            model_name='call',
-            name='decided_by_suggestion',
+            model_name="call",
+            name="decided_by_suggestion",
             field=models.BooleanField(default=False),
         ),
     ]
