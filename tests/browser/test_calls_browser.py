@@ -304,3 +304,42 @@ def test_what_an_approver_types_survives_a_live_update_of_the_list(
     calls = approver.request.get("/api/v1/calls", params={"tool": "mailbox__delete", "limit": 100}).json()
     denied = next(c for c in calls if c["call_id"] == first)
     assert denied["denial_reason"] == "Not this one: it is the audit trail"
+
+
+def test_the_pending_page_shows_the_suggestion_and_the_suggestions_page_its_calibration(
+    login: Callable[..., Page],
+) -> None:
+    """By now people answered several calls of mailbox__delete (the tests above): a new call
+    rests on those answers, the latest approval first, each linked."""
+    requester = login(*REQUESTER)
+    approved = ask_to_delete(requester, "msg-0007")
+    approver = login(*APPROVER)
+    approver.goto(f"/calls/{approved}/")
+    approver.get_by_role("button", name="Approve", exact=True).click()
+    expect(approver.get_by_text(f"Approved call #{approved}.")).to_be_visible()
+
+    again = ask_to_delete(requester, "msg-0007")
+    approver.goto("/calls/pending/")
+    suggestion = approver.locator(f'article.pending-call[data-call="{again}"] .suggestion')
+    expect(suggestion).to_be_visible()
+    # Approvals and denials of calls like it (message ids are new each time: they tell nothing).
+    expect(suggestion).to_contain_text("Suggestion: ask")
+    probability = suggestion.locator(".probability").text_content() or ""
+    assert 50 < int(probability.rstrip("%")) < 100, probability
+    first = suggestion.locator(".basis a").first
+    expect(first).to_have_text(f"#{approved}")  # as heavy as any, and the latest
+    first.click()
+    expect(approver).to_have_url(re.compile(rf"/calls/{approved}/$"))
+
+    approver.goto("/calls/pending/")
+    approver.get_by_role("link", name="Suggestions: how they are made, and how good they are").click()
+    expect(approver.get_by_role("heading", name="Suggestions for approvers")).to_be_visible()
+    destructive = approver.locator("#cost-table tr", has_text="built in: destructive tools")
+    expect(destructive.locator("td")).to_have_text(["built in: destructive tools", "50.0", "5.0", "1.0", "98%", "20%"])
+    expect(approver.locator("#calibration-bins tbody tr")).to_have_count(10)
+    brier = float(approver.locator("#brier").text_content() or "nan")
+    assert 0 <= brier <= 1, brier
+    answered = sum(
+        int(row.get_attribute("data-count") or 0) for row in approver.locator("#calibration-bins tbody tr").all()
+    )
+    assert answered >= 1, answered  # avery's answers (this test's, and those above), each after its suggestion
