@@ -21,6 +21,7 @@ The share `suggest / start_call` is the figure: what the suggestion adds to a wa
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import statistics
@@ -89,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
                     original_name="send",
                     tool_class="destructive",
                     definition_hash="h",
-                    arguments={"to": "everyone@corp.example" if bad else f"user{i % 20}@corp.example", "subject": f"s{i}"},
+                    arguments={
+                        "to": "everyone@corp.example" if bad else f"user{i % 20}@corp.example",
+                        "subject": f"s{i}",
+                    },
                     argument_digest="d",
                     decision=Call.ASK,
                     status=Call.DENIED if bad else Call.SUCCEEDED,
@@ -106,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             tool_class="destructive",
             arguments={"to": "user3@corp.example", "subject": "hello"},
         )
-        whole = median_ms(lambda: suggest.suggest(probe), options.repeat)
+        whole = median_ms(functools.partial(suggest.suggest, probe), options.repeat)
         past = suggest.history("mail__send")
         read = median_ms(lambda: suggest.history("mail__send"), options.repeat)
-        estimate = median_ms(lambda: suggest.estimate(probe, past), options.repeat)
+        estimate = median_ms(functools.partial(suggest.estimate, probe, past), options.repeat)
         start = median_ms(
             lambda: actions.start_call("mail__send", {"to": "user3@corp.example", "subject": "hi"}, requester),
             max(20, options.repeat // 4),
