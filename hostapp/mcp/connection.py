@@ -41,6 +41,8 @@ CLIENT_VERSION = "0.1.0"
 # A listing that never ends must not hang or exhaust the host.
 MAX_LIST_PAGES = 1000
 MAX_TOOLS = 20000
+# Resources, resource templates or prompts of one server.
+MAX_ITEMS = 20000
 
 _UNKNOWN_TOOL_RE = re.compile(r"\b(unknown tool|tool\b.{0,80}\bnot found|no such tool|tool not found)", re.IGNORECASE)
 
@@ -320,29 +322,66 @@ class Connection:
     async def list_tools(self, timeout: float | None = None) -> list[dict[str, Any]]:
         """Every tool, following `nextCursor` to the last page."""
         client = self._require_client()
-        tools: list[dict[str, Any]] = []
+        return await self._list_pages("tools", client.list_tools, "tools", MAX_TOOLS, timeout)
+
+    async def list_resources(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every resource, following `nextCursor` to the last page ([] without the capability)."""
+        if "resources" not in self.facts.capabilities:
+            return []
+        client = self._require_client()
+        return await self._list_pages("resources", client.list_resources, "resources", MAX_ITEMS, timeout)
+
+    async def list_resource_templates(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        if "resources" not in self.facts.capabilities:
+            return []
+        client = self._require_client()
+        fetch = client.list_resource_templates
+        return await self._list_pages("resource templates", fetch, "resource_templates", MAX_ITEMS, timeout)
+
+    async def list_prompts(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        if "prompts" not in self.facts.capabilities:
+            return []
+        client = self._require_client()
+        return await self._list_pages("prompts", client.list_prompts, "prompts", MAX_ITEMS, timeout)
+
+    async def _list_pages(
+        self, what: str, fetch: Callable[..., Awaitable[Any]], field: str, cap: int, timeout: float | None
+    ) -> list[dict[str, Any]]:
+        """Every item of one listing (`field` of each page), following `nextCursor`."""
+        items: list[dict[str, Any]] = []
         seen_cursors: set[str] = set()
         cursor: str | None = None
         with anyio.fail_after(timeout or self.config.call_timeout):
             for _page in range(MAX_LIST_PAGES):
-                try:
-                    result = await self._request(
-                        functools.partial(client.list_tools, cursor=cursor, cache_mode="bypass")
-                    )
-                except TimeoutError:
-                    raise
-                tools.extend(_dump_listed(tool) for tool in result.tools)
-                if len(tools) > MAX_TOOLS:
-                    raise errors.protocol_error(
-                        f"the server lists more than {MAX_TOOLS} tools", reason="too_many_tools"
-                    )
+                result = await self._request(functools.partial(fetch, cursor=cursor, cache_mode="bypass"))
+                items.extend(_dump_listed(item) for item in getattr(result, field))
+                if len(items) > cap:
+                    raise errors.protocol_error(f"the server lists more than {cap} {what}", reason=f"too_many_{field}")
                 cursor = result.next_cursor
                 if not cursor:
-                    return tools
+                    return items
                 if cursor in seen_cursors:
-                    raise errors.protocol_error("the server's tool pages loop back on themselves", reason="cursor_loop")
+                    raise errors.protocol_error(
+                        f"the server's {what} pages loop back on themselves", reason="cursor_loop"
+                    )
                 seen_cursors.add(cursor)
-        raise errors.protocol_error(f"the tool listing has more than {MAX_LIST_PAGES} pages", reason="too_many_pages")
+        raise errors.protocol_error(f"the {what} listing has more than {MAX_LIST_PAGES} pages", reason="too_many_pages")
+
+    async def read_resource(self, uri: str, timeout: float | None = None) -> dict[str, Any]:
+        """One resource's contents (`ReadResourceResult` as plain data)."""
+        client = self._require_client()
+        limit = timeout if timeout is not None else self.config.call_timeout
+        with anyio.fail_after(limit):
+            return _dump(await self._request(lambda: client.read_resource(uri, cache_mode="bypass"), timeout=limit))
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, str] | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """One prompt filled in with `arguments` (`GetPromptResult` as plain data)."""
+        client = self._require_client()
+        limit = timeout if timeout is not None else self.config.call_timeout
+        with anyio.fail_after(limit):
+            return _dump(await self._request(lambda: client.get_prompt(name, arguments or {}), timeout=limit))
 
     async def probe(self, timeout: float = 10.0) -> float:
         """A cheap MCP-level health check (the first page of tools); returns seconds taken."""

@@ -35,7 +35,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -620,6 +620,36 @@ class Pool:
         self._note(slot, None)
         return result
 
+    async def _use(self, name: str, request: Callable[[Connection], Awaitable[Any]]) -> Any:
+        """One request on `name`'s connection (reads of resources and prompts), on record as
+        the server's latest outcome."""
+        slot = self._slot(name)
+        slot, conn = await self._acquire(name, time.monotonic() + slot.config.connect_timeout)
+        self._begin_use(slot)
+        try:
+            result = await request(conn)
+        except TimeoutError:
+            failure = errors.ambiguous_error("no answer in time", reason="timeout", server=name)
+            self._note(slot, failure)
+            raise failure from None
+        except McpFailure as failure:
+            self._note(slot, failure)
+            raise
+        finally:
+            self._end_use(slot)
+        self._note(slot, None)
+        return result
+
+    async def _offered(self, name: str, timeout: float | None) -> dict[str, list[dict[str, Any]]]:
+        async def listings(conn: Connection) -> dict[str, list[dict[str, Any]]]:
+            return {
+                "resources": await conn.list_resources(timeout),
+                "resource_templates": await conn.list_resource_templates(timeout),
+                "prompts": await conn.list_prompts(timeout),
+            }
+
+        return await self._use(name, listings)
+
     @staticmethod
     def _begin_use(slot: _Slot) -> None:
         slot.busy += 1
@@ -740,6 +770,35 @@ class Pool:
 
     async def alist_tools(self, server: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         return await self.arun(self._list_tools(server, timeout))
+
+    def list_offered(self, server: str, *, timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The server's resources, resource templates and prompts (each [] where it offers none)."""
+        slot = self._slot(server)
+        limit = 3 * (timeout or slot.config.call_timeout) + slot.config.connect_timeout + 5
+        return self.run(self._offered(server, timeout), timeout=limit)
+
+    async def alist_offered(self, server: str, *, timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
+        return await self.arun(self._offered(server, timeout))
+
+    def read_resource(self, server: str, uri: str, *, timeout: float | None = None) -> dict[str, Any]:
+        slot = self._slot(server)
+        limit = (timeout or slot.config.call_timeout) + slot.config.connect_timeout + 5
+        return self.run(self._use(server, lambda conn: conn.read_resource(uri, timeout)), timeout=limit)
+
+    async def aread_resource(self, server: str, uri: str, *, timeout: float | None = None) -> dict[str, Any]:
+        return await self.arun(self._use(server, lambda conn: conn.read_resource(uri, timeout)))
+
+    def get_prompt(
+        self, server: str, name: str, arguments: dict[str, str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        slot = self._slot(server)
+        limit = (timeout or slot.config.call_timeout) + slot.config.connect_timeout + 5
+        return self.run(self._use(server, lambda conn: conn.get_prompt(name, arguments, timeout)), timeout=limit)
+
+    async def aget_prompt(
+        self, server: str, name: str, arguments: dict[str, str] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        return await self.arun(self._use(server, lambda conn: conn.get_prompt(name, arguments, timeout)))
 
     def probe(self, server: str) -> ServerStatus:
         slot = self._slot(server)

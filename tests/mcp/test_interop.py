@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hostapp.mcp import Pool, PoolEvent, ServerConfig, result_failure
+from hostapp.mcp import McpFailure, Pool, PoolEvent, ServerConfig, result_failure
 from hostapp.mcp.pool import READY
 from tests.helpers import REPO, free_port, process_gone, wait_until
 
@@ -197,6 +197,46 @@ def _check_everything(pool: Pool, name: str) -> None:
     assert unknown is not None and (unknown.kind, unknown.reason) == ("protocol", "unknown_tool")
 
 
+EVERYTHING_DOCUMENTS = [
+    "architecture.md",
+    "extension.md",
+    "features.md",
+    "how-it-works.md",
+    "instructions.md",
+    "startup.md",
+    "structure.md",
+]
+
+
+def _check_offered(pool: Pool, name: str) -> None:
+    """Resources, their templates and prompts: listed, read and filled in, on any transport."""
+    offered = pool.list_offered(name)
+    assert [r["name"] for r in offered["resources"]] == EVERYTHING_DOCUMENTS
+    assert [t["uriTemplate"] for t in offered["resource_templates"]] == [
+        "demo://resource/dynamic/text/{resourceId}",
+        "demo://resource/dynamic/blob/{resourceId}",
+    ]
+    assert [p["name"] for p in offered["prompts"]] == [
+        "simple-prompt",
+        "args-prompt",
+        "completable-prompt",
+        "resource-prompt",
+    ]
+    document = pool.read_resource(name, offered["resources"][0]["uri"])
+    assert document["contents"][0]["mimeType"] == "text/markdown"
+    assert document["contents"][0]["text"].startswith("# Everything Server")
+    made = pool.read_resource(name, "demo://resource/dynamic/text/3")
+    assert made["contents"][0]["text"].startswith("Resource 3: This is a plaintext resource")
+    prompt = pool.get_prompt(name, "args-prompt", {"city": "Lyon", "state": "Rhône"})
+    assert prompt["messages"] == [
+        {"role": "user", "content": {"type": "text", "text": "What's weather in Lyon, Rhône?"}}
+    ]
+    with pytest.raises(McpFailure) as missing:
+        pool.read_resource(name, "demo://nope")
+    assert (missing.value.kind, missing.value.reason) == ("protocol", "invalid_params")
+    assert "Resource demo://nope not found" in missing.value.message
+
+
 def _tools_changed(events: list[PoolEvent], name: str) -> list[PoolEvent]:
     return [e for e in events if e.kind == "tools_changed" and e.server == name]
 
@@ -239,6 +279,7 @@ def test_mcp_server_time_over_stdio(pool: Pool) -> None:
 def test_server_everything_over_stdio(node_peers: None, pool: Pool) -> None:
     pool.configure([_everything_stdio()])
     _check_everything(pool, "everything")
+    _check_offered(pool, "everything")
     pid = pool.status("everything").pid
     assert pid is not None
     pool.close()
@@ -288,6 +329,7 @@ def test_server_everything_over_streamable_http(everything_http: Callable[[str],
     assert {ip for ip, _ in _listening(served.pid)} == {"127.0.0.1"}
     pool.configure([ServerConfig("everything", "http", url=served.url)])
     _check_everything(pool, "everything")
+    _check_offered(pool, "everything")
     # Over legacy Streamable HTTP its one list_changed goes out while the server handles the
     # `notifications/initialized` POST, before the client has opened its GET stream, so it is
     # stored for a replay no one asks for: no tools_changed event is expected here.
@@ -318,6 +360,8 @@ def _check_bundled(pool: Pool, name: str) -> None:
     assert status.server_info["name"] == name
     tools = pool.list_tools(name)
     assert [t["name"] for t in tools] == BUNDLED_TOOLS[name]
+    # Tools only (a 2026-07-28 listing of each kind it declares comes back empty).
+    assert pool.list_offered(name) == {"resources": [], "resource_templates": [], "prompts": []}
     if name == "mailbox":
         found = pool.call_tool("mailbox", "search", {"query": "88213"})["structuredContent"]
         assert found["total"] == 2
