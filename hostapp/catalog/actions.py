@@ -293,6 +293,11 @@ class RefreshResult:
     removed: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
     error: str = ""
+    # What it offers besides tools (hostapp/catalog/offers.py), when they could be listed.
+    prompts: int = 0
+    resources: int = 0  # resources and resource templates
+    offers_quarantined: list[str] = field(default_factory=list)
+    offers_error: str = ""
 
 
 class _Stored(NamedTuple):

@@ -264,7 +264,16 @@ def _report(
         )
         if items
     ]
-    out.write(f"[{i}/{total}] {server.name}: {result.tools} tools" + (f" ({', '.join(extra)})" if extra else ""))
+    offers = ""
+    if result.prompts or result.resources:
+        offers = f"; {result.prompts} prompts, {result.resources} resources and templates"
+        if result.offers_quarantined:
+            offers += f" ({len(result.offers_quarantined)} quarantined)"
+    out.write(
+        f"[{i}/{total}] {server.name}: {result.tools} tools" + (f" ({', '.join(extra)})" if extra else "") + offers
+    )
+    if result.offers_error:
+        err.write(f"{server.name}: its prompts and resources could not be listed: {result.offers_error}")
     out.flush()
     return 0
 

@@ -443,3 +443,103 @@ class Tool(models.Model):
     @property
     def callable(self) -> bool:
         return self.status == self.ACTIVE
+
+
+# --- what a server offers besides tools: prompts, resource templates, resources -----------------
+
+# What a prompt's or a template's pin covers (the rest, `_meta` and icons, may change freely).
+PROMPT_PINNED_KEYS = ("name", "title", "description", "arguments")
+TEMPLATE_PINNED_KEYS = ("uriTemplate", "name", "title", "description", "mimeType", "annotations")
+
+
+def offer_hash(definition: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """The pin of a prompt or a resource template: a hash of its pinned keys, canonical JSON."""
+    return hashlib.sha256(_canonical({key: definition.get(key) for key in keys}).encode()).hexdigest()
+
+
+class Offer(models.Model):
+    """What prompts and resource templates share: pinned like tools, and quarantined when
+    a server changes one (or when an untrusted server lists a new one) until reviewed."""
+
+    ACTIVE, QUARANTINED = Tool.ACTIVE, Tool.QUARANTINED
+    CHANGED, NEW = Tool.CHANGED, Tool.NEW
+
+    definition = models.JSONField()
+    definition_hash = models.CharField(max_length=64)
+    pinned_definition = models.JSONField(null=True, blank=True)
+    pinned_hash = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=12, choices=Tool.STATUSES, default=Tool.ACTIVE)
+    quarantine_reason = models.CharField(max_length=12, blank=True)
+    # Shown to people and agents: cleaned of controls, capped.
+    title = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    changed_at = models.DateTimeField(auto_now_add=True)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        abstract = True
+
+    @property
+    def display_name(self) -> str:
+        return self.title or self.definition.get("name") or ""
+
+
+class Prompt(Offer):
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="prompts", db_index=False)
+    original_name = models.CharField(max_length=512)
+    exposed_name = models.CharField(max_length=64)  # `<server>__<prompt>`, as tools are named
+
+    class Meta:
+        ordering = ["exposed_name"]
+        constraints = [
+            models.UniqueConstraint(fields=["server", "original_name"], name="prompt_unique_per_server"),
+            models.UniqueConstraint(fields=["exposed_name"], name="prompt_unique_exposed_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.exposed_name
+
+    @property
+    def arguments(self) -> list[dict[str, Any]]:
+        return [a for a in self.definition.get("arguments") or [] if isinstance(a, dict)]
+
+
+class ResourceTemplate(Offer):
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="resource_templates", db_index=False)
+    uri_template = models.CharField(max_length=2000)
+    name = models.CharField(max_length=512, blank=True)
+    mime_type = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["server__name", "uri_template"]
+        constraints = [models.UniqueConstraint(fields=["server", "uri_template"], name="template_unique_per_server")]
+
+    def __str__(self) -> str:
+        return f"{self.server_id}:{self.uri_template}"
+
+
+class Resource(models.Model):
+    """A resource a server lists (read on demand: its contents are never stored)."""
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="resources", db_index=False)
+    uri = models.CharField(max_length=2000)
+    name = models.CharField(max_length=512, blank=True)
+    title = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    mime_type = models.CharField(max_length=200, blank=True)
+    size = models.BigIntegerField(null=True, blank=True)
+    definition = models.JSONField()
+    listed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["server__name", "uri"]
+        constraints = [models.UniqueConstraint(fields=["server", "uri"], name="resource_unique_per_server")]
+
+    def __str__(self) -> str:
+        return self.uri
+
+    @property
+    def display_name(self) -> str:
+        return self.title or self.name or self.uri

@@ -32,6 +32,7 @@ from hostapp.oauth.store import auth_for
 
 from .actions import RefreshResult, mark_refresh_failed, record_tools
 from .models import Server
+from .offers import record_offers
 from .refreshes import queue_refresh
 from .states import forget_server, record_statuses
 
@@ -195,4 +196,15 @@ def refresh_server(server: Server) -> RefreshResult:
     except McpFailure as failure:
         logger.warning("refresh of %s failed: %s", server.name, failure)
         return mark_refresh_failed(server, failure)
-    return record_tools(server, definitions)
+    result = record_tools(server, definitions)
+    # Its prompts, templates and resources: a failure to list them keeps the ones listed
+    # before, and the tools' refresh stands.
+    try:
+        offers = record_offers(server, pool.list_offered(server.name))
+    except McpFailure as failure:
+        logger.warning("%s: its prompts and resources could not be listed: %s", server.name, failure)
+        result.offers_error = str(failure)
+    else:
+        result.prompts, result.resources = offers.prompts, offers.resources + offers.templates
+        result.offers_quarantined = offers.quarantined
+    return result

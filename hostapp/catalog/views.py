@@ -146,6 +146,10 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
         "form": form,
         "tools": tools,
         "quarantined": sum(t.status == Tool.QUARANTINED for t in tools),
+        # What it offers besides tools (hostapp/catalog/offers.py).
+        "prompts": list(server.prompts.order_by("exposed_name")),
+        "templates": list(server.resource_templates.order_by("uri_template")),
+        "resources": list(server.resources.order_by("uri")[:500]),
         "credential": credential,
         # Authorization is shown (and Connect offered) where the server asked for it, or an
         # admin registered an OAuth client for it beforehand.

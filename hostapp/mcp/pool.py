@@ -642,11 +642,11 @@ class Pool:
 
     async def _offered(self, name: str, timeout: float | None) -> dict[str, list[dict[str, Any]]]:
         async def listings(conn: Connection) -> dict[str, list[dict[str, Any]]]:
-            return {
-                "resources": await conn.list_resources(timeout),
-                "resource_templates": await conn.list_resource_templates(timeout),
-                "prompts": await conn.list_prompts(timeout),
-            }
+            # Side by side on the one connection: a refresh waits for one round trip, not three.
+            resources, templates, prompts = await asyncio.gather(
+                conn.list_resources(timeout), conn.list_resource_templates(timeout), conn.list_prompts(timeout)
+            )
+            return {"resources": resources, "resource_templates": templates, "prompts": prompts}
 
         return await self._use(name, listings)
 
@@ -774,7 +774,7 @@ class Pool:
     def list_offered(self, server: str, *, timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
         """The server's resources, resource templates and prompts (each [] where it offers none)."""
         slot = self._slot(server)
-        limit = 3 * (timeout or slot.config.call_timeout) + slot.config.connect_timeout + 5
+        limit = (timeout or slot.config.call_timeout) + slot.config.connect_timeout + 5
         return self.run(self._offered(server, timeout), timeout=limit)
 
     async def alist_offered(self, server: str, *, timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
