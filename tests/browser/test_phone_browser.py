@@ -62,6 +62,7 @@ def test_every_page_fits_a_phone(login: Callable[..., Page], calls: dict[str, in
         "/catalog/tasks__add/",
         "/calls/",
         "/calls/pending/",
+        "/calls/suggestions/",
         f"/calls/{calls['ran']}/",
         f"/calls/{calls['waiting']}/",
         f"/calls/{calls['delivered']}/",
