@@ -323,6 +323,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Re-queues due actions, reclaims leases of dead workers, expires old approvals.
     "outbox-sweep": {"task": "hostapp.outbox.sweep", "schedule": 5.0},
     "prune-ledger": {"task": "hostapp.calls.prune", "schedule": 6 * 3600.0},
+    # Sends approvers' notices that a lost or late task left behind (hostapp/calls/notify.py).
+    "notify-approvers": {"task": "hostapp.calls.notify_approvers", "schedule": 60.0, "kwargs": {"overdue": True}},
 }
 
 # --- auth, sessions, security ----------------------------------------------------------
@@ -437,6 +439,31 @@ PATCHBAY_OUTBOX_CALL_TIMEOUT = env_int("PATCHBAY_OUTBOX_CALL_TIMEOUT", 60, minim
 PATCHBAY_OUTBOX_BATCH = env_int("PATCHBAY_OUTBOX_BATCH", 16, minimum=1)
 # A POST with each new dead letter's summary (optional).
 PATCHBAY_ALERT_WEBHOOK = env_str("PATCHBAY_ALERT_WEBHOOK")
+# Approvers told when calls begin to wait (hostapp/calls/notify.py), each way optional: a
+# Slack-style incoming webhook, and email to these addresses. A burst is one message, sent
+# this many seconds after its first call began to wait (0: at once).
+PATCHBAY_APPROVER_WEBHOOK = env_str("PATCHBAY_APPROVER_WEBHOOK")
+PATCHBAY_APPROVER_EMAILS = env_list("PATCHBAY_APPROVER_EMAILS", [])
+PATCHBAY_NOTIFY_GROUP = env_int("PATCHBAY_NOTIFY_GROUP", 10, minimum=0)
+if PATCHBAY_APPROVER_WEBHOOK and urlsplit(PATCHBAY_APPROVER_WEBHOOK).scheme not in ("http", "https"):
+    # The URL is not repeated: a webhook's URL is its secret.
+    CONFIG_ERRORS.append(
+        ("patchbay.E030", "PATCHBAY_APPROVER_WEBHOOK is not an http(s) URL.", "Give the incoming webhook's URL.")
+    )
+for _address in PATCHBAY_APPROVER_EMAILS:
+    if "@" not in _address:
+        CONFIG_ERRORS.append(
+            ("patchbay.E031", f"PATCHBAY_APPROVER_EMAILS: {_address!r} is not an address.", "Separate them by commas.")
+        )
+# Django's mail settings, for the approvers' email (unset: a mail server on localhost:25).
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "patchbay@localhost")
+# A mail server that stops answering holds a worker this many seconds at most (Django: forever).
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30, minimum=1)
 
 # The agents' endpoint: how long a write call is awaited, and a call waiting for a
 # person, before the agent gets "still running: ask for its status" instead.

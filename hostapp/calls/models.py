@@ -287,3 +287,21 @@ class ApprovalCost(models.Model):
         if self.tool_class:
             return f"{self.get_tool_class_display()} tools"
         return "every call"
+
+
+class ApprovalNotice(models.Model):
+    """A call that began to wait for a person, its approvers not yet told (hostapp/calls/notify.py).
+
+    Written with the wait (in its transaction, when there is one), taken by the send that
+    names it, deleted once that send is done: the rows are what no message has named yet.
+    Rows live seconds, so the table stays small and needs no index of its own.
+    """
+
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    # The send that took it ("": none yet), and when: a send whose worker died is taken again.
+    batch = models.CharField(max_length=32, blank=True, default="")
+    taken_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"notice of call #{self.call_id}" + (f" (taken by {self.batch})" if self.batch else "")

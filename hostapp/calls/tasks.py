@@ -3,12 +3,12 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from . import life
+from . import life, notify
 
 logger = logging.getLogger(__name__)
 
@@ -28,3 +28,26 @@ def prune(days: int | None = None) -> int:
 @shared_task(name="hostapp.calls.prune", ignore_result=True)
 def prune_task() -> int:
     return prune()
+
+
+# acks_late + reject_on_worker_lost: a worker killed mid-send gives the message back; a
+# second run takes no notice the first one took (hostapp/calls/notify.py).
+@shared_task(name=notify.GROUP_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def notify_approvers(overdue: bool = False) -> int:
+    """Tell approvers of the calls that began to wait since the last send (`overdue`: the sweep)."""
+    return notify.send_pending(overdue=overdue)
+
+
+@shared_task(
+    bind=True,
+    name=notify.RETRY_TASK,
+    ignore_result=True,
+    autoretry_for=(notify.TryAgain,),
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=notify.RETRIES,
+)
+def notify_again(self: Task, way: str, call_ids: list[int]) -> None:
+    """One way (webhook or email) that failed for now, tried again for those calls alone."""
+    notify.send_again(way, call_ids, last=self.request.retries >= notify.RETRIES)
