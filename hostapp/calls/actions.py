@@ -158,11 +158,13 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
     if decision.kind == Call.RUN and run:
         run_now(call, tool)
     elif call.status == Call.WAITING:
-        decided = _act_on_suggestion(call)
-        if decided is None:
+        decided, tried = _act_on_suggestion(call)
+        if decided is not None:
+            return decided
+        if tried:
+            call.refresh_from_db()  # acting failed: it may have been finished meanwhile (void, blocked)
+        if call.status == Call.WAITING:
             notify.call_waiting(call)
-        else:
-            call = decided
     return call
 
 
@@ -170,24 +172,27 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
 SUGGESTION_ACTOR = "suggestion"
 
 
-def _act_on_suggestion(call: Call) -> Call | None:
-    """Allow or deny `call` at once where its suggestion may be acted on; None: a person decides."""
+def _act_on_suggestion(call: Call) -> tuple[Call | None, bool]:
+    """Allow or deny `call` at once where its suggestion may be acted on: (the call decided,
+    or None for a person to decide; whether acting on it was tried)."""
     made = call.suggestion or {}
     if not made.get("acts") or made.get("verdict") not in (ALLOW, BLOCK):
-        return None
+        return None, False
     basis = ", ".join(f"#{b['call_id']}" for b in made.get("basis", []))
     how = f"a {made['probability']:.0%} chance a person approves it, from {made.get('decisions', 0)} past answers"
     try:
         if made["verdict"] == ALLOW:
-            return approve(call.pk, None, approver_name=SUGGESTION_ACTOR, by_suggestion=made)
+            return approve(call.pk, None, approver_name=SUGGESTION_ACTOR, by_suggestion=made), True
         reason = (
             f"denied on the host's suggestion ({how}; it rests on {basis or 'no single call'}). A person may still "
             f"approve it: ask one to reopen call #{call.pk} on Patchbay, then ask for its status."
         )
-        return deny(call.pk, None, reason, approver_name=SUGGESTION_ACTOR, by_suggestion=made)
-    except ApprovalError:  # it could not be decided so (its tool changed): a person does
-        logger.info("call #%s was left to a person: the suggestion could not be acted on", call.pk)
-        return None
+        return deny(call.pk, None, reason, approver_name=SUGGESTION_ACTOR, by_suggestion=made), True
+    except ApprovalError as exc:  # it could not be decided so (its tool changed): as it stands now
+        logger.info("call #%s: the suggestion could not be acted on (%s)", call.pk, exc)
+    except Exception:  # boundary: fail closed, the call waits for a person as any other
+        logger.exception("call #%s: acting on its suggestion failed; a person decides", call.pk)
+    return None, True
 
 
 def run_now(call: Call, tool: Tool) -> Call:

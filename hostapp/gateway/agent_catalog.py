@@ -68,8 +68,8 @@ class Entry:
 
     def visible_to(self, agent: AgentInfo) -> bool:
         """Listed to `agent`: in its view, and not blocked by the policy."""
-        renamed = self.tool.name if self.tool.name != self.exposed_name else ""
-        return not self.blocked and agent.sees(self.server, self.exposed_name, self.original, self.tool_class, renamed)
+        # As the ledger asks (`AgentView.sees_tool`): by the exposed and the original name.
+        return not self.blocked and agent.sees(self.server, self.exposed_name, self.original, self.tool_class)
 
     def face(self, agent: AgentInfo) -> types.Tool:
         """The definition `agent` is given."""

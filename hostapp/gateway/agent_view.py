@@ -40,11 +40,10 @@ class AgentView:
     def may_use(self, server: str) -> bool:
         return not self.servers or server in self.servers
 
-    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str, renamed: str = "") -> bool:
-        """`renamed`: the name an admin gave the tool for agents, matched by the patterns too."""
+    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
         if not self.may_use(server):
             return False
-        names = (exposed_name, original_name, renamed) if renamed else (exposed_name, original_name)
+        names = (exposed_name, original_name)
         if self.tools and not any(fnmatchcase(n, p) for p in self.tools for n in names):
             return False
         if any(fnmatchcase(n, p) for p in self.exclude for n in names):
@@ -53,8 +52,10 @@ class AgentView:
         return not self.max_class or CLASS_RANK.get(tool_class, len(CLASS_RANK)) <= CLASS_RANK[self.max_class]
 
     def sees_tool(self, tool: Any) -> bool:
-        """`sees` for a catalog Tool row (with its server)."""
-        return self.sees(tool.server.name, tool.exposed_name, tool.original_name, tool.effective_class, tool.agent_name)
+        """`sees` for a catalog Tool row (with its server). Patterns name the exposed or the
+        original name, never an admin's rename: a rename can fall back (a server takes the
+        name), and the list and the ledger must answer alike."""
+        return self.sees(tool.server.name, tool.exposed_name, tool.original_name, tool.effective_class)
 
     @property
     def narrowed(self) -> bool:
@@ -97,8 +98,8 @@ class AgentInfo:
     def may_use(self, server: str) -> bool:
         return self.view.may_use(server)
 
-    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str, renamed: str = "") -> bool:
-        return self.view.sees(server, exposed_name, original_name, tool_class, renamed)
+    def sees(self, server: str, exposed_name: str, original_name: str, tool_class: str) -> bool:
+        return self.view.sees(server, exposed_name, original_name, tool_class)
 
     def sees_tool(self, tool: Any) -> bool:
         return self.view.sees_tool(tool)

@@ -321,3 +321,25 @@ def test_only_a_tool_or_a_server_may_let_the_host_act() -> None:
     row = ApprovalCost(tool_name="mail__send", wrong_allow=1, wrong_block=1, ask=1, act=True)
     row.full_clean()
     assert row.server_name == "mail"
+
+
+def test_when_acting_on_the_suggestion_fails_the_call_waits_for_a_person(mail: None, monkeypatch: Any) -> None:
+    ApprovalCost.objects.create(server_name="mail", wrong_allow=50, wrong_block=5, ask=1, act=True)
+    _approvals(60)
+    told: list[int] = []
+    monkeypatch.setattr(actions.notify, "call_waiting", lambda call: told.append(call.pk))
+
+    def broken(*args: Any, **kw: Any) -> Call:
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(actions, "approve", broken)
+    call = actions.start_call("mail__send", {"to": "ann@corp.example"}, REQUESTER)
+    assert call.status == Call.WAITING and told == [call.pk]  # no error to the caller: a person decides
+
+    def finished_meanwhile(call_id: int, *args: Any, **kw: Any) -> Call:
+        Call.objects.filter(pk=call_id).update(status=Call.BLOCKED)
+        raise actions.ApprovalError("cannot be approved: blocked")
+
+    monkeypatch.setattr(actions, "approve", finished_meanwhile)
+    other = actions.start_call("mail__send", {"to": "ann@corp.example"}, REQUESTER)
+    assert other.status == Call.BLOCKED and told == [call.pk]  # as it is now, and nobody told of it

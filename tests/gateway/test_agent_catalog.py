@@ -57,9 +57,11 @@ def test_a_renamed_tool_is_listed_by_its_new_name_and_calls_the_original() -> No
     assert entry is not None and entry.exposed_name == "files__read" and entry.original == "read"
     assert entry.tool.description == "Reads one file; give a path."
     assert catalog.find(EVERYTHING, "files__read") is None  # the old name is gone for agents
-    # Patterns match the new name, the exposed one and the original.
-    for pattern in ("read_*", "files__read", "read"):
+    # Patterns match the exposed name and the original, as the ledger does; not the rename,
+    # which a server can take back (the list and the calls must agree).
+    for pattern in ("files__read", "read"):
         assert _names(AgentInfo(3, "p", AgentView(tools=(pattern,)))) == ["read_file"]
+    assert _names(AgentInfo(3, "p", AgentView(tools=("read_*",)))) == []
 
 
 def test_an_override_is_on_record_and_cleared_by_blank_values(admin_user: Any) -> None:
@@ -93,6 +95,20 @@ def test_a_rename_that_clashes_or_is_not_model_safe_is_refused_with_the_reason(n
     with pytest.raises(actions.OverrideError, match=reason.replace("(", r"\(").replace(")", r"\)")):
         actions.set_override(_tool("files__read"), name, "", None)
     assert _tool("files__read").agent_name == ""
+
+
+def test_a_rename_a_server_took_back_is_neither_listed_nor_callable_by_it(admin_user: Any) -> None:
+    from hostapp.calls import actions as calls
+    from hostapp.calls.models import Call
+
+    listed(make_server("mail", trusted=True), tool_def("read", annotations={"readOnlyHint": True}))
+    actions.set_override(_tool("mail__read"), "tasks__read", "", None)
+    listed(make_server("tasks", trusted=True), tool_def("read", annotations={"readOnlyHint": True}))
+    agent = create_token("t", view=AgentView(tools=("tasks__*",)))[0].info
+    assert _names(agent) == ["tasks__read"]
+    with pytest.raises(calls.CallError):
+        calls.start_call("mail__read", {}, calls.Requester(Call.AGENT, "t", agent=agent))
+    assert Call.objects.get(tool_name="mail__read").status == Call.BLOCKED  # refused, on record
 
 
 def test_a_name_a_server_takes_later_wins_over_a_rename() -> None:
