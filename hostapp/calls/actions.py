@@ -314,7 +314,7 @@ def approve(
             if always_allow:
                 assert tool is not None
                 _allow_always(call, tool, approver, name)
-            life.deliver(call)
+            life.deliver(call, tool)
     if refusal:
         raise ApprovalError(refusal)
     return call

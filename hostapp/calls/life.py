@@ -229,7 +229,7 @@ def _write_new(fields: dict[str, Any], tool: Any, late: bool) -> Call:
             call.tool = tool
         _events([(call, _created(call))])
         if call.status == Call.QUEUED:
-            deliver(call)
+            deliver(call, tool if tool is not None and call.tool_id == tool.pk else None)
         _announce([call])
     return call
 
@@ -332,11 +332,13 @@ def note(call: Call, kind: str, actor: str = "", **detail: Any) -> None:
     _events([(call, Event(kind, actor, detail))])
 
 
-def deliver(call: Call) -> None:
-    """Hand a call moved to `queued` (approved) to the outbox, in the caller's transaction."""
+def deliver(call: Call, tool: Any = None) -> None:
+    """Hand a call moved to `queued` (approved) to the outbox, in the caller's transaction.
+    `tool`: the call's tool row, when the caller has just read it (the outbox then reads it
+    no more)."""
     if call.status != Call.QUEUED:
         raise IllegalMove(f"call #{call.pk} is {call.status}: only a queued call is delivered")
-    delivery.send(sender=Call, call=call)
+    delivery.send(sender=Call, call=call, tool=tool)
 
 
 # --- forgetting -----------------------------------------------------------------------------------

@@ -119,11 +119,10 @@ def _queue_delivery(action_id: int) -> None:
         logger.warning("action #%s: delivery not queued (%s); the sweeper will pick it up", action_id, exc)
 
 
-def enqueue(call: Call) -> Action:
-    """Create the action for `call` inside the caller's transaction; wake a worker on commit."""
-    if Call._meta.get_field("tool").is_cached(call) and call.tool is not None:
-        tool: Tool | None = call.tool  # the row start_call has just read
-    else:
+def enqueue(call: Call, tool: Tool | None = None) -> Action:
+    """Create the action for `call` inside the caller's transaction; wake a worker on commit.
+    `tool`: the call's tool row if the caller has it (else it is read here)."""
+    if tool is None:
         tool = Tool.objects.filter(exposed_name=call.tool_name).only("outbox_max_attempts").first()
     max_attempts = (tool.outbox_max_attempts if tool else None) or settings.PATCHBAY_OUTBOX_MAX_ATTEMPTS
     action = Action.objects.create(call=call, max_attempts=max_attempts, next_attempt_at=timezone.now())
@@ -133,9 +132,9 @@ def enqueue(call: Call) -> Action:
     return action
 
 
-def on_delivery(sender: Any, call: Call, **kwargs: Any) -> None:
+def on_delivery(sender: Any, call: Call, tool: Tool | None = None, **kwargs: Any) -> None:
     """`life.delivery`'s receiver (hostapp/outbox/apps.py connects it)."""
-    enqueue(call)
+    enqueue(call, tool)
 
 
 def backoff(attempts: int) -> float:
