@@ -80,37 +80,31 @@ class Entry:
 class Catalog:
     """The active catalog: by name in a prefixed view, and by server and name without one."""
 
-    tools: dict[str, Entry]
-    own: dict[str, dict[str, Entry]]
+    tools: dict[str, Entry]  # in name order
+    own: dict[str, dict[str, Entry]]  # each in name order
+
+    def _names(self, agent: AgentInfo) -> dict[str, Entry]:
+        """Every tool by the name `agent` calls it (in its view or not)."""
+        server = agent.view.unprefixed_server
+        return self.own.get(server, {}) if server is not None else self.tools
 
     def find(self, agent: AgentInfo, name: str) -> Entry | None:
         """The tool `agent` calls `name`, if it is in its view (else None: to it, no such tool)."""
-        server = agent.view.unprefixed_server
-        entry = self.own.get(server, {}).get(name) if server is not None else self.tools.get(name)
+        entry = self.find_any(agent, name)
         return entry if entry is not None and entry.visible_to(agent) else None
 
     def find_any(self, agent: AgentInfo, name: str) -> Entry | None:
         """The tool `name` names for `agent`, in its view or not (a call of one outside it is
         refused on record)."""
-        server = agent.view.unprefixed_server
-        return self.own.get(server, {}).get(name) if server is not None else self.tools.get(name)
+        return self._names(agent).get(name)
 
     def listed(self, agent: AgentInfo) -> list[types.Tool]:
         """The tools `agent` is given by tools/list (and `mcp token show` shows), in name order."""
-        server = agent.view.unprefixed_server
-        if server is not None:
-            entries = self.own.get(server, {})
-            return [entries[name].face(agent) for name in sorted(entries) if entries[name].visible_to(agent)]
-        return [e.tool for e in self.tools.values() if e.visible_to(agent)]
+        return [e.face(agent) for e in self._names(agent).values() if e.visible_to(agent)]
 
     def fingerprint(self, agent: AgentInfo) -> int:
         """What `agent` is listed, to tell a change of its list from a change elsewhere."""
-        server = agent.view.unprefixed_server
-        entries = self.own.get(server, {}) if server is not None else self.tools
-        return hash(tuple((name, e.digest) for name, e in sorted(entries.items()) if e.visible_to(agent)))
-
-
-EMPTY = Catalog({}, {})
+        return hash(tuple((name, e.digest) for name, e in self._names(agent).items() if e.visible_to(agent)))
 
 
 @dataclass(frozen=True)
@@ -231,7 +225,8 @@ def load_catalog() -> Catalog:
         )
         by_name[listed.name] = entry
         by_server[t.server.name][own[t.pk]] = entry
-    return Catalog(dict(sorted(by_name.items())), dict(by_server))
+    # Each in name order: the order lists are given in, kept from one load to the next.
+    return Catalog(dict(sorted(by_name.items())), {s: dict(sorted(e.items())) for s, e in by_server.items()})
 
 
 class CatalogCache:
