@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from daphne import cli
 from daphne.access import AccessLogGenerator
+from daphne.server import Server
 
 from hostapp.core.supervisor import dump_stacks_on
 
@@ -77,11 +78,23 @@ class RedactingAccessLog(AccessLogGenerator):
         super().__call__(protocol, action, details)
 
 
+class RedactingServer(Server):
+    """daphne's server, given the access log that redacts (daphne's command line makes its
+    server through `server_class`, the hook it has for a server of one's own)."""
+
+    def __init__(self, *args: Any, action_logger: Any = None, **kwargs: Any) -> None:
+        if isinstance(action_logger, AccessLogGenerator) and not isinstance(action_logger, RedactingAccessLog):
+            action_logger = RedactingAccessLog(action_logger.stream)
+        super().__init__(*args, action_logger=action_logger, **kwargs)
+
+
+class CommandLine(cli.CommandLineInterface):
+    server_class = RedactingServer
+
+
 def main(argv: list[str] | None = None) -> None:
-    # daphne's command line builds its access log from this name; everything else is daphne's.
-    cli.AccessLogGenerator = RedactingAccessLog
     dump_stacks_on()  # under `manage.py run`: shown before a stuck stop is killed
-    cli.CommandLineInterface().run(sys.argv[1:] if argv is None else argv)
+    CommandLine().run(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

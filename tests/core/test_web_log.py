@@ -114,3 +114,57 @@ def test_a_post_through_the_web_server_is_answered(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_the_web_servers_own_access_log_redacts_credentials(tmp_path: Path) -> None:
+    """`python -m hostapp.core.web --access-log FILE`: daphne's command line, its server given
+    the redacting log (`RedactingServer`)."""
+    app = tmp_path / "ok_app.py"
+    app.write_text(
+        "async def app(scope, receive, send):\n"
+        "    if scope['type'] != 'http':\n"
+        "        return\n"
+        "    await send({'type': 'http.response.start', 'status': 200, 'headers': []})\n"
+        "    await send({'type': 'http.response.body', 'body': b'ok'})\n"
+    )
+    log = tmp_path / "access.log"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hostapp.core.web",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "--access-log",
+            str(log),
+            "ok_app:app",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/cb?code=abc123&state=s1&page=2", timeout=5) as r:
+                    assert r.read() == b"ok"
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        while "/cb?" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        written = log.read_text()
+        assert "/cb?code=[redacted]" in written and "page=2" in written, written
+        assert "abc123" not in written
+    finally:
+        proc.terminate()
+        proc.wait(10)
