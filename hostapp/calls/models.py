@@ -305,3 +305,46 @@ class ApprovalNotice(models.Model):
 
     def __str__(self) -> str:
         return f"notice of call #{self.call_id}" + (f" (taken by {self.batch})" if self.batch else "")
+
+
+class Read(models.Model):
+    """One read of what a server offers besides tools: a resource read, or a prompt filled in.
+
+    On record as calls are (who, what, when, how it ended), written by
+    `hostapp.calls.reads` whoever reads: a person on the catalog's pages, the CLI, an agent
+    on /mcp. The contents are not kept, only their size and types: a resource is read
+    again on demand, and may be large.
+    """
+
+    RESOURCE, PROMPT = "resource", "prompt"
+    KINDS = [(RESOURCE, "resource read"), (PROMPT, "prompt filled in")]
+    OK, FAILED, REFUSED = "ok", "failed", "refused"
+    OUTCOMES = [(OK, "read"), (FAILED, "failed"), (REFUSED, "refused")]
+
+    created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
+    requester_kind = models.CharField(max_length=8, choices=Call.REQUESTERS)
+    requester_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="reads"
+    )
+    requester_name = models.CharField(max_length=150)
+    requester_agent = models.ForeignKey(
+        "gateway.AgentToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="reads"
+    )
+    server_name = models.CharField(max_length=32)
+    kind = models.CharField(max_length=8, choices=KINDS)
+    # The resource's URI as its server knows it, or the prompt's exposed name.
+    target = models.TextField()
+    arguments = models.JSONField(default=dict, blank=True)  # a prompt's
+    outcome = models.CharField(max_length=8, choices=OUTCOMES)
+    error = models.JSONField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    # What came back: bytes of text and of decoded blobs, and each part's type.
+    size = models.BigIntegerField(null=True, blank=True)
+    parts = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["server_name", "id"], name="read_server_id")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.target} by {self.requester_name}"

@@ -485,6 +485,10 @@ class Offer(models.Model):
     def display_name(self) -> str:
         return self.title or self.definition.get("name") or ""
 
+    @property
+    def callable(self) -> bool:
+        return self.status == self.ACTIVE
+
 
 class Prompt(Offer):
     server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="prompts", db_index=False)

@@ -37,6 +37,8 @@ from .naming import expose_names
 
 logger = logging.getLogger(__name__)
 
+# A URI or URI template is kept when its UTF-8 form is at most this long: the columns hold
+# 2000 characters, and a unique index entry on PostgreSQL holds about 2700 bytes.
 MAX_URI = 2000
 
 
@@ -111,11 +113,11 @@ def _merge(
 
 
 def _first_by(items: Iterable[Any], key: str) -> dict[str, dict[str, Any]]:
-    """The listed items by `key` (a string, at most MAX_URI long); the first of duplicates."""
+    """The listed items by `key` (a string of at most MAX_URI bytes); the first of duplicates."""
     out: dict[str, dict[str, Any]] = {}
     for item in items:
         value = item.get(key) if isinstance(item, dict) else None
-        if isinstance(value, str) and value and len(value) <= MAX_URI and value not in out:
+        if isinstance(value, str) and value and len(value.encode()) <= MAX_URI and value not in out:
             out[value] = item
     return out
 

@@ -7,6 +7,9 @@ or destructive). A tool outside the view does not exist for that agent: it is no
 and a call of it is refused (and on record as refused). The same object answers for the
 agents' endpoint, the JSON API and the ledger (`hostapp.calls.actions.start_call` asks it).
 
+Prompts follow the same patterns as tools (by their exposed or original name) and pass any
+class limit, since they only read; resources and resource templates follow the servers.
+
 A view of exactly one server may drop the prefix (`no_prefix`): its agent is given the
 server's own tool names (hostapp/gateway/agent_catalog.py), as if it reached the server
 itself, while every rule of the host still applies.
@@ -56,6 +59,11 @@ class AgentView:
         original name, never an admin's rename: a rename can fall back (a server takes the
         name), and the list and the ledger must answer alike."""
         return self.sees(tool.server.name, tool.exposed_name, tool.original_name, tool.effective_class)
+
+    def sees_prompt(self, prompt: Any) -> bool:
+        """A prompt (with its server) by the patterns tool names follow; prompts only read,
+        so a class limit leaves them."""
+        return self.sees(prompt.server.name, prompt.exposed_name, prompt.original_name, READ_ONLY)
 
     @property
     def narrowed(self) -> bool:
