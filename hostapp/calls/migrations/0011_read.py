@@ -7,36 +7,68 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('calls', '0010_approval_notice'),
-        ('gateway', '0003_agent_no_prefix'),
+        ("calls", "0010_approval_notice"),
+        ("gateway", "0003_agent_no_prefix"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Read',
+            name="Read",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now, editable=False)),
-                ('requester_kind', models.CharField(choices=[('user', 'user'), ('cli', 'command line'), ('agent', 'agent')], max_length=8)),
-                ('requester_name', models.CharField(max_length=150)),
-                ('server_name', models.CharField(max_length=32)),
-                ('kind', models.CharField(choices=[('resource', 'resource read'), ('prompt', 'prompt filled in')], max_length=8)),
-                ('target', models.TextField()),
-                ('arguments', models.JSONField(blank=True, default=dict)),
-                ('outcome', models.CharField(choices=[('ok', 'read'), ('failed', 'failed'), ('refused', 'refused')], max_length=8)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('duration_ms', models.FloatField(blank=True, null=True)),
-                ('size', models.BigIntegerField(blank=True, null=True)),
-                ('parts', models.JSONField(blank=True, default=list)),
-                ('requester_agent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='reads', to='gateway.agenttoken')),
-                ('requester_user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='reads', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now, editable=False)),
+                (
+                    "requester_kind",
+                    models.CharField(
+                        choices=[("user", "user"), ("cli", "command line"), ("agent", "agent")], max_length=8
+                    ),
+                ),
+                ("requester_name", models.CharField(max_length=150)),
+                ("server_name", models.CharField(max_length=32)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("resource", "resource read"), ("prompt", "prompt filled in")], max_length=8
+                    ),
+                ),
+                ("target", models.TextField()),
+                ("arguments", models.JSONField(blank=True, default=dict)),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[("ok", "read"), ("failed", "failed"), ("refused", "refused")], max_length=8
+                    ),
+                ),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("duration_ms", models.FloatField(blank=True, null=True)),
+                ("size", models.BigIntegerField(blank=True, null=True)),
+                ("parts", models.JSONField(blank=True, default=list)),
+                (
+                    "requester_agent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="reads",
+                        to="gateway.agenttoken",
+                    ),
+                ),
+                (
+                    "requester_user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="reads",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-id'],
-                'indexes': [models.Index(fields=['server_name', 'id'], name='read_server_id')],
+                "ordering": ["-id"],
+                "indexes": [models.Index(fields=["server_name", "id"], name="read_server_id")],
             },
         ),
     ]
