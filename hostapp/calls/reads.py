@@ -87,15 +87,25 @@ def prompt_arguments(prompt: Prompt, arguments: Any) -> dict[str, str]:
 
 
 def _refusal(server: Server, requester: Requester, prompt: Prompt | None) -> tuple[str, int] | None:
-    """Why this read may not be made, and the status to answer with; None if it may."""
+    """Why this read may not be made, and the status to answer with; None if it may. The
+    server's state and the prompt's are read afresh: the rows given may come from a list
+    kept in memory (the agents' endpoint)."""
     agent = requester.agent
     if agent is not None:
         seen = agent.may_use(server.name) if prompt is None else agent.view.sees_prompt(prompt)
         if not seen:  # to the agent it does not exist
             return f"outside the view of the agent {requester.name}", 404
-    if not server.enabled:
+    if prompt is not None:
+        now = Prompt.objects.filter(pk=prompt.pk).values_list("status", "server__enabled").first()
+        if now is None:
+            return f"no prompt named {prompt.exposed_name!r}", 404
+        status, enabled = now
+    else:
+        status = ""
+        enabled = bool(Server.objects.filter(pk=server.pk).values_list("enabled", flat=True).first())
+    if not enabled:
         return f"the server {server.name} is disabled", 403
-    if prompt is not None and not prompt.callable:
+    if prompt is not None and status != Prompt.ACTIVE:
         return f"{prompt.exposed_name} is quarantined: a person must review it first", 403
     rule = Rule.objects.filter(server_name=server.name, tool_name="", action=Rule.BLOCK).first()
     if rule is not None:
@@ -111,13 +121,12 @@ def _parts(kind: str, result: dict[str, Any]) -> tuple[int, list[dict[str, Any]]
         if not isinstance(item, dict):
             continue
         if kind == Read.PROMPT:
-            content = item.get("content") if isinstance(item.get("content"), dict) else {}
+            content: dict[str, Any] = item["content"] if isinstance(item.get("content"), dict) else {}
             part = {"role": str(item.get("role", ""))[:20], "type": str(content.get("type", ""))[:40]}
-            body = content
         else:
             part = {"mimeType": str(item.get("mimeType") or "")[:200]}
-            body = item
-        text, blob = body.get("text"), body.get("data") or body.get("blob")
+            content = item
+        text, blob = content.get("text"), content.get("data") or content.get("blob")
         n = len(text.encode()) if isinstance(text, str) else (len(blob) * 3 // 4 if isinstance(blob, str) else 0)
         size += n
         parts.append({**part, "bytes": n})

@@ -33,6 +33,7 @@ from hostapp.catalog.actions import applied_annotations
 from hostapp.catalog.models import Tool
 from hostapp.catalog.naming import own_names
 
+from .agent_offers import EMPTY_OFFERS, Offers, load_offers
 from .agent_view import AgentInfo
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Catalog:
 
     tools: dict[str, Entry]  # in name order
     own: dict[str, dict[str, Entry]]  # each in name order
+    offers: Offers = EMPTY_OFFERS  # prompts, resources, templates (agent_offers.py)
 
     def _names(self, agent: AgentInfo) -> dict[str, Entry]:
         """Every tool by the name `agent` calls it (in its view or not)."""
@@ -158,7 +160,20 @@ def _definition(t: Tool, name: str) -> types.Tool:
     }
     if t.output_schema:
         fields["output_schema"] = _with_deferred(t.output_schema)
+    meta = t.definition.get("_meta")
+    if isinstance(meta, dict) and meta:
+        fields["_meta"] = meta  # as the server gave it: an MCP App's `ui` points at its resource
     return types.Tool(**fields)
+
+
+def ui_uri(t: Tool) -> str:
+    """The `ui://` resource a tool's UI metadata names, if any (current and older keys)."""
+    meta = t.definition.get("_meta")
+    if not isinstance(meta, dict):
+        return ""
+    ui = meta.get("ui")
+    uri = ui.get("resourceUri") if isinstance(ui, dict) else meta.get("ui/resourceUri")
+    return uri if isinstance(uri, str) and uri.startswith("ui://") else ""
 
 
 def _prefixed_names(tools: list[Tool]) -> dict[int, str]:
@@ -225,8 +240,16 @@ def load_catalog() -> Catalog:
         )
         by_name[listed.name] = entry
         by_server[t.server.name][own[t.pk]] = entry
+    ui_uris: dict[str, set[str]] = defaultdict(set)
+    for t in tools:
+        if uri := ui_uri(t):
+            ui_uris[t.server.name].add(uri)
     # Each in name order: the order lists are given in, kept from one load to the next.
-    return Catalog(dict(sorted(by_name.items())), {s: dict(sorted(e.items())) for s, e in by_server.items()})
+    return Catalog(
+        dict(sorted(by_name.items())),
+        {s: dict(sorted(e.items())) for s, e in by_server.items()},
+        load_offers(ui_uris),
+    )
 
 
 class CatalogCache:

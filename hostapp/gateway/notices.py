@@ -1,4 +1,5 @@
-"""Who hears that the tool list changed: each connected agent, only when its own list did.
+"""Who hears that a list changed (tools, prompts, resources): each connected agent, only
+when its own list did.
 
 Agents listen in two ways. A 2025-era session is told on its long-lived connection
 (`notifications/tools/list_changed`); a 2026-07-28 client holds a `subscriptions/listen`
@@ -15,7 +16,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import anyio.lowlevel
-from mcp.shared.subscriptions import ServerEvent, ToolsListChanged
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ServerEvent, ToolsListChanged
 
 from .agent_view import AgentInfo
 
@@ -24,6 +25,14 @@ logger = logging.getLogger(__name__)
 # The agent of the request being served (set around the SDK's app, and around the listen
 # handler, for hooks that get no request: the SDK's schema lookup, the bus's subscribe).
 current_agent: ContextVar[AgentInfo | None] = ContextVar("patchbay_agent", default=None)
+
+# What a list change tells: the listen stream's event, and the 2025-era session's method.
+TOOLS, PROMPTS, RESOURCES = "tools", "prompts", "resources"
+LISTS: dict[str, tuple[ServerEvent, str]] = {
+    TOOLS: (ToolsListChanged(), "send_tool_list_changed"),
+    PROMPTS: (PromptsListChanged(), "send_prompt_list_changed"),
+    RESOURCES: (ResourcesListChanged(), "send_resource_list_changed"),
+}
 
 # 2025-era sessions not seen for this long are no longer told of changes.
 LEGACY_SESSION_IDLE = 3600.0
@@ -64,6 +73,11 @@ class AgentBus:
     def agents(self) -> set[int]:
         return {pk for pk, _ in self._listeners.values() if pk is not None}
 
+    def drop(self, agents: set[int]) -> None:
+        """The streams of `agents` (revoked) hear nothing more."""
+        for key in [k for k, (pk, _) in self._listeners.items() if pk in agents]:
+            del self._listeners[key]
+
 
 class Notices:
     """The agents connected to this process, their 2025-era sessions and listen streams."""
@@ -72,6 +86,9 @@ class Notices:
         self.bus = AgentBus()
         # The latest of each connected agent (its view as its last request carried it).
         self._agents: dict[int, AgentInfo] = {}
+        # What each agent was last given of each list (a fingerprint), by agent and list: a
+        # change is told when the list differs from that, whatever was loaded in between.
+        self._given: dict[int, dict[str, int]] = {}
         # By Mcp-Session-Id: when last seen, the session, its agent. The SDK makes a session
         # object per request and notifies through the session's long-lived connection, so
         # one object per session is enough.
@@ -94,6 +111,7 @@ class Notices:
         pks = {pk for _, _, pk in self._sessions.values()} | self.bus.agents()
         for gone in set(self._agents) - pks:
             del self._agents[gone]
+            self._given.pop(gone, None)
         return {pk: self._agents[pk] for pk in pks if pk in self._agents}
 
     def replace(self, agents: dict[int, AgentInfo], gone: Iterable[int] = ()) -> None:
@@ -102,16 +120,35 @@ class Notices:
         gone = set(gone)
         for key in [k for k, (_, _, pk) in self._sessions.items() if pk in gone]:
             del self._sessions[key]
+        self.bus.drop(gone)
+        for pk in gone:
+            self._agents.pop(pk, None)
+            self._given.pop(pk, None)
 
-    async def tell(self, agents: set[int]) -> None:
-        """Tell `agents` their tool list changed, in both eras."""
+    def given(self, agent: int, what: str, fingerprint: int) -> None:
+        """`agent` was given its list of `what` as `fingerprint` says."""
+        self._given.setdefault(agent, {})[what] = fingerprint
+
+    def changed(self, agent: int, now: dict[str, int]) -> list[str]:
+        """The lists of `agent` that differ from what it was last given (each then counts as
+        given: it is told once)."""
+        given = self._given.get(agent)
+        if given is None:
+            return []
+        out = [what for what, fp in now.items() if what in given and given[what] != fp]
+        given.update({what: now[what] for what in out})
+        return out
+
+    async def tell(self, agents: set[int], what: str = TOOLS) -> None:
+        """Tell `agents` their list of `what` (tools, prompts, resources) changed, in both eras."""
         if not agents:
             return
-        await self.bus.publish_to(agents, ToolsListChanged())
+        event, method = LISTS[what]
+        await self.bus.publish_to(agents, event)
         for key, (_, session, pk) in list(self._sessions.items()):
             if pk not in agents:
                 continue
             try:
-                await session.send_tool_list_changed()
+                await getattr(session, method)()
             except Exception:  # boundary: a gone session only misses a notice
                 self._sessions.pop(key, None)

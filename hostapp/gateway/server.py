@@ -40,19 +40,22 @@ from django.utils import timezone
 from mcp.server import Server
 from mcp.server.caching import CacheHint
 from mcp.server.subscriptions import ListenHandler
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hostapp.calls import actions as calls
-from hostapp.calls import life
+from hostapp.calls import life, reads
 from hostapp.calls.models import Call
 from hostapp.calls.policy import Decision
-from hostapp.catalog.pool import current_pool
+from hostapp.catalog.pool import current_pool, pool_for
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import McpFailure, Pool, errors, result_failure
 
 from .agent_catalog import Catalog, CatalogCache
+from .agent_offers import agent_content
 from .agent_view import AgentInfo
-from .notices import Notices, current_agent
+from .notices import PROMPTS, RESOURCES, TOOLS, Notices, current_agent
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,9 @@ POLICY_FRESH = 1.0
 # A read-only call sent before its row is written: still running after this long, it is
 # written as running (the Calls page shows it) and finished as any other.
 RUNNING_VISIBLE_AFTER = 0.5
+# The JSON-RPC error of a read the host refuses (a disabled or blocked server, a
+# quarantined prompt): implementation-defined range.
+REFUSED = -32000
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,23 @@ def _status_tool() -> types.Tool:
     )
 
 
+def _without_meta(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k not in ("_meta", "resultType")}
+
+
+def _mcp_error(failure: McpFailure) -> MCPError:
+    """A server's failure as the agent is answered: the server's own JSON-RPC error (its code
+    where it is one of the protocol's), else an internal error naming the server."""
+    code = failure.code if failure.code is not None and -32768 <= failure.code <= -32000 else INTERNAL_ERROR
+    return MCPError(code, str(failure))
+
+
+def _fingerprints(catalog: Catalog, agent: AgentInfo) -> dict[str, int]:
+    """What `agent` is listed now, each list (notices.py tells it when one changes)."""
+    prompts, resources = catalog.offers.fingerprints(agent)
+    return {TOOLS: catalog.fingerprint(agent), PROMPTS: prompts, RESOURCES: resources}
+
+
 def _agent(ctx: Any) -> AgentInfo:
     request = getattr(ctx, "request", None)
     agent = request.scope.get(AGENT_SCOPE_KEY) if request is not None else None
@@ -119,16 +142,19 @@ def _text_result(
     )
 
 
-def _upstream_result(result: dict[str, Any]) -> types.CallToolResult:
-    """The server's result as the agent gets it (its `_meta` stays behind)."""
+def _upstream_result(result: dict[str, Any], agent: AgentInfo | None, server: str) -> types.CallToolResult:
+    """The server's result as the agent gets it: its `_meta` stays behind, and the resources
+    it names are named as the agent reads them (agent_offers.py)."""
     clean = {k: v for k, v in result.items() if k not in ("_meta", "resultType")}
+    if agent is not None and "content" in clean:
+        clean["content"] = agent_content(agent, server, clean["content"])
     return types.CallToolResult.model_validate(clean)
 
 
-def result_for(call: Call) -> types.CallToolResult:
+def result_for(call: Call, agent: AgentInfo | None = None) -> types.CallToolResult:
     """What an agent is told about a call in a final (or given-up-on) state."""
     if call.status == Call.SUCCEEDED and call.result is not None:
-        return _upstream_result(call.result)
+        return _upstream_result(call.result, agent, call.server_name)
     if call.status == Call.DENIED:
         who = f" by {call.decided_by_name}" if call.decided_by_name else ""
         return _text_result(f"Call #{call.pk} was denied{who}. Reason: {call.denial_reason}", is_error=True)
@@ -140,7 +166,7 @@ def result_for(call: Call) -> types.CallToolResult:
         return _text_result(f"Call #{call.pk} was refused: {(call.error or {}).get('message', '')}", is_error=True)
     if call.status in (Call.FAILED, Call.DEAD):
         if call.result is not None and call.result.get("isError"):
-            return _upstream_result(call.result)
+            return _upstream_result(call.result, agent, call.server_name)
         parked = " (a dead letter now: a person may redrive or discard it)" if call.status == Call.DEAD else ""
         return _text_result(
             f"Call #{call.pk} failed{parked}: {(call.error or {}).get('message', 'unknown error')}", is_error=True
@@ -186,6 +212,12 @@ class Gateway:
             get_tool_input_schema=self._input_schema,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
+            on_list_prompts=self.list_prompts,
+            on_get_prompt=self.get_prompt,
+            on_list_resources=self.list_resources,
+            on_list_resource_templates=self.list_resource_templates,
+            on_read_resource=self.read_resource,
+            on_completion=self.complete,
             on_subscriptions_listen=self.listen,
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
         )
@@ -220,40 +252,127 @@ class Gateway:
         agent = _agent(ctx)
         self._remember(ctx, agent)
         catalog = await self.catalog.get()
+        self.notices.given(agent.pk, TOOLS, catalog.fingerprint(agent))
         return types.ListToolsResult(tools=[*catalog.listed(agent), _status_tool()])
+
+    # -- prompts, resources, completions (agent_offers.py; reads on record: calls/reads.py) ----
+
+    async def list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        agent = _agent(ctx)
+        self._remember(ctx, agent)
+        catalog = await self.catalog.get()
+        self.notices.given(agent.pk, PROMPTS, catalog.offers.fingerprints(agent)[0])
+        return types.ListPromptsResult(prompts=catalog.offers.listed_prompts(agent))
+
+    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        agent = _agent(ctx)
+        catalog = await self.catalog.get()
+        entry = catalog.offers.find_prompt(agent, params.name)
+        if entry is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {params.name}")
+        outcome = await self._read(reads.aget_prompt(entry.row, params.arguments, self._requester(agent)))
+        result = dict(outcome)
+        result["messages"] = agent_content(agent, entry.server, result.get("messages"))
+        return types.GetPromptResult.model_validate(_without_meta(result))
+
+    async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        agent = _agent(ctx)
+        self._remember(ctx, agent)
+        catalog = await self.catalog.get()
+        self.notices.given(agent.pk, RESOURCES, catalog.offers.fingerprints(agent)[1])
+        return types.ListResourcesResult(resources=catalog.offers.listed_resources(agent))
+
+    async def list_resource_templates(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        agent = _agent(ctx)
+        catalog = await self.catalog.get()
+        return types.ListResourceTemplatesResult(resource_templates=catalog.offers.listed_templates(agent))
+
+    async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        agent = _agent(ctx)
+        catalog = await self.catalog.get()
+        try:
+            server, uri = catalog.offers.route(agent, params.uri)
+        except LookupError as exc:  # resource not found (SEP-2164: -32602, the URI in data)
+            raise MCPError(INVALID_PARAMS, str(exc), {"uri": params.uri}) from None
+        outcome = await self._read(reads.aread_resource(server, uri, self._requester(agent)))
+        result = dict(outcome)
+        result["contents"] = agent_content(agent, server.name, result.get("contents"))
+        return types.ReadResourceResult.model_validate(_without_meta(result))
+
+    async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """Completions from the server that owns the prompt or template (none for one outside
+        the agent's view: to it, that does not exist)."""
+        agent = _agent(ctx)
+        catalog = await self.catalog.get()
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            entry = catalog.offers.find_prompt(agent, ref.name)
+            if entry is None:
+                raise MCPError(INVALID_PARAMS, f"Unknown prompt: {ref.name}")
+            server, upstream = entry.row.server, {"type": "ref/prompt", "name": entry.row.original_name}
+        else:
+            try:
+                server, uri = catalog.offers.route_template(agent, ref.uri)
+            except LookupError as exc:
+                raise MCPError(INVALID_PARAMS, str(exc)) from None
+            upstream = {"type": "ref/resource", "uri": uri}
+        context = params.context.arguments if params.context is not None else None
+        pool = current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
+        try:
+            result = await pool.acomplete(
+                server.name, upstream, {"name": params.argument.name, "value": params.argument.value}, context
+            )
+        except McpFailure as exc:
+            raise _mcp_error(exc) from None
+        return types.CompleteResult.model_validate(_without_meta(result))
+
+    @staticmethod
+    def _requester(agent: AgentInfo) -> calls.Requester:
+        return calls.Requester(Call.AGENT, agent.name, agent=agent)
+
+    @staticmethod
+    async def _read(reading: Any) -> dict[str, Any]:
+        """A read's result, or the MCPError the agent is answered with."""
+        try:
+            outcome = await reading
+        except reads.ReadError as exc:
+            raise MCPError(INVALID_PARAMS if exc.status in (400, 404) else REFUSED, exc.message) from None
+        if outcome.failure is not None:
+            raise _mcp_error(outcome.failure)
+        return outcome.result or {}
 
     def forget_routes(self) -> None:
         self.routes.clear()
         self._routes_generation += 1
 
     async def catalog_changed(self) -> None:
-        """The catalog may have changed: reload it, and tell each connected agent whose list
+        """The catalog may have changed: reload it, and tell each connected agent whose lists
         changed (both eras)."""
         self.forget_routes()
-        before = self.catalog.peek()
         self.catalog.invalidate()
-        after = await self.catalog.get()
-        agents = self.notices.connected()
-        if before is None:
-            await self.notices.tell(set(agents))
-            return
-        await self.notices.tell({pk for pk, a in agents.items() if before.fingerprint(a) != after.fingerprint(a)})
+        await self._tell_changes(self.notices.connected())
 
     async def views_changed(self, load: Any) -> None:
         """Some agents' views may have changed (`token.changed`): `load(pks)` reads the
-        current agents of those tokens (the revoked left out); each whose list changed is told."""
+        current agents of those tokens (the revoked left out); each whose lists changed is told."""
         agents = self.notices.connected()
         if not agents:
             return
         fresh: dict[int, AgentInfo] = await sync_to_async(load, thread_sensitive=False)(set(agents))
-        catalog = await self.catalog.get()
-        changed = {
-            pk
-            for pk, a in fresh.items()
-            if a != agents[pk] and catalog.fingerprint(a) != catalog.fingerprint(agents[pk])
-        }
         self.notices.replace(fresh, gone=set(agents) - set(fresh))
-        await self.notices.tell(changed)
+        await self._tell_changes(fresh)
+
+    async def _tell_changes(self, agents: dict[int, AgentInfo]) -> None:
+        """Tell each of `agents` which of its lists differ from what it was last given."""
+        catalog = await self.catalog.get()
+        told: dict[str, set[int]] = {TOOLS: set(), PROMPTS: set(), RESOURCES: set()}
+        for pk, agent in agents.items():
+            for what in self.notices.changed(pk, _fingerprints(catalog, agent)):
+                told[what].add(pk)
+        for what, pks in told.items():
+            await self.notices.tell(pks, what)
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         agent = _agent(ctx)
@@ -288,8 +407,8 @@ class Gateway:
                 decision = Decision(call.decision, call.decision_reason)
                 self.routes[name] = Route(call.tool, decision, read_at, calls.schema_key(call.tool.input_schema))
             call = await calls.arun_now(call)
-            return result_for(call)
-        return await self._await(ctx, call)
+            return result_for(call, agent)
+        return await self._await(ctx, call, agent)
 
     def _fresh_route(self, name: str, arguments: dict[str, Any]) -> tuple[Route, Pool] | None:
         """The tool's route, and the pool running its server, if its call may go to the server
@@ -344,7 +463,7 @@ class Gateway:
             call = await sync_to_async(calls.record_ran, thread_sensitive=False)(
                 tool, route.decision, requester, arguments, started_at, result, failure, seconds
             )
-        return result_for(call)
+        return result_for(call, requester.agent)
 
     def _record_cancelled(
         self,
@@ -393,7 +512,7 @@ class Gateway:
                 for moved in self._waiting.get(call_id, ()):
                     moved.set()
 
-    async def _await(self, ctx: Any, call: Call) -> types.CallToolResult:
+    async def _await(self, ctx: Any, call: Call, agent: AgentInfo) -> types.CallToolResult:
         """Wait for the call to finish, up to the limit, telling the agent how it goes. Woken
         by its moves (`calls_moved`); read again at least every `RECHECK` in any case (a move
         whose event was lost: Redis down)."""
@@ -432,7 +551,7 @@ class Gateway:
                 waiters.discard(moved)
                 if not waiters:
                     del self._waiting[call.pk]
-        return result_for(call)
+        return result_for(call, agent)
 
     async def _status(self, agent: AgentInfo, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
@@ -446,7 +565,7 @@ class Gateway:
             return _text_result(f"You have no call #{call_id}.", is_error=True)
         summary = {"call_id": call.pk, "tool": call.tool_name, "status": call.status}
         if call.ended:
-            final = result_for(call)
+            final = result_for(call, agent)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=json.dumps(summary)), *final.content],
                 structured_content={**summary, "is_error": bool(final.is_error)},
