@@ -383,6 +383,30 @@ class Connection:
         with anyio.fail_after(limit):
             return _dump(await self._request(lambda: client.get_prompt(name, arguments or {}), timeout=limit))
 
+    async def complete(
+        self,
+        ref: dict[str, str],
+        argument: dict[str, str],
+        context_arguments: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Completions of one argument of a prompt (`ref` {"type": "ref/prompt", "name"}) or
+        a resource template ({"type": "ref/resource", "uri"}) (`CompleteResult` as plain data;
+        no values from a server that declares no completions)."""
+        if "completions" not in self.facts.capabilities:
+            return {"completion": {"values": []}}
+        client = self._require_client()
+        reference: types.PromptReference | types.ResourceTemplateReference = (
+            types.PromptReference(type="ref/prompt", name=ref["name"])
+            if ref.get("type") == "ref/prompt"
+            else types.ResourceTemplateReference(type="ref/resource", uri=ref["uri"])
+        )
+        limit = timeout if timeout is not None else self.config.call_timeout
+        with anyio.fail_after(limit):
+            return _dump(
+                await self._request(lambda: client.complete(reference, argument, context_arguments), timeout=limit)
+            )
+
     async def probe(self, timeout: float = 10.0) -> float:
         """A cheap MCP-level health check (the first page of tools); returns seconds taken."""
         client = self._require_client()

@@ -800,6 +800,18 @@ class Pool:
     ) -> dict[str, Any]:
         return await self.arun(self._use(server, lambda conn: conn.get_prompt(name, arguments, timeout)))
 
+    async def acomplete(
+        self,
+        server: str,
+        ref: dict[str, str],
+        argument: dict[str, str],
+        context_arguments: dict[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """`completion/complete` for a prompt's or a template's argument (Connection.complete)."""
+        return await self.arun(self._use(server, lambda conn: conn.complete(ref, argument, context_arguments, timeout)))
+
     def probe(self, server: str) -> ServerStatus:
         slot = self._slot(server)
         return self.run(self._probe(server), timeout=slot.config.connect_timeout + self.policy.probe_timeout + 5)
