@@ -8,9 +8,9 @@ trusted) and the worker lists their tools. Tokens, approvals, denials, imports a
 ledger go through the `manage.py mcp` CLI against the host's data directory, as an
 operator would.
 
-Three hosts, because the settings under test are process-wide and pull apart; all start
-together with the first test of this folder (10-20 s to be ready on an idle machine, a
-minute or two on one shared with other heavy jobs):
+Four hosts, because the settings under test are process-wide and pull apart (for offers,
+the catalog does); each starts with the first test of this folder that needs it (10-20 s
+to be ready on an idle machine, a minute or two on one shared with other heavy jobs):
 
 * main (PATCHBAY_AGENT_APPROVAL_WAIT=4, no beat): a destructive call gives up waiting
   after 4 s and answers with its call id; the rest of test_endpoint.py and the
@@ -22,6 +22,8 @@ minute or two on one shared with other heavy jobs):
 * expiry (PATCHBAY_APPROVAL_TTL=10, the settings' minimum; PATCHBAY_AGENT_APPROVAL_WAIT=120;
   with beat, whose outbox sweep expires waiting calls every 5 s): nobody decides, the
   calls expire while the agents wait.
+* offers (no beat): server-everything behind the endpoint, over stdio and Streamable HTTP
+  (test_offers.py imports them): its prompts, resources and progress through /mcp.
 
 PATCHBAY_AGENT_WRITE_WAIT is 120 s where writes are delivered (default 30 s), so a worker
 slowed down by a busy machine does not turn a write's answer into "still running".
@@ -182,6 +184,8 @@ class _Hosts:
         "main": (("--no-beat",), {"PATCHBAY_AGENT_APPROVAL_WAIT": "4", "PATCHBAY_AGENT_WRITE_WAIT": "120"}),
         "approvals": (("--no-beat",), {"PATCHBAY_AGENT_APPROVAL_WAIT": "600", "PATCHBAY_AGENT_WRITE_WAIT": "120"}),
         "expiry": ((), {"PATCHBAY_APPROVAL_TTL": "10", "PATCHBAY_AGENT_APPROVAL_WAIT": "120"}),
+        # server-everything behind the endpoint (test_offers.py): prompts, resources, progress.
+        "offers": (("--no-beat",), {}),
     }
 
     def start(self, *names: str) -> None:
@@ -219,6 +223,8 @@ def gateway_hosts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     uses = {name for item in mine for name in getattr(item, "fixturenames", ())}
     if "main_host" in uses:
         hosts.start("main")
+    if "offers_host" in uses:
+        hosts.start("offers")
     if "decisions" in uses:
         hosts.start("approvals", "expiry")
         for name, scenario in (("approvals", approvals.run_approvals), ("expiry", approvals.run_expiry)):

@@ -1,0 +1,216 @@
+"""Prompts, resources, templates and completions through the agents' endpoint (/mcp).
+
+server-everything (npm, as users run it) sits behind a real host twice: `everything` over
+stdio and `web` over Streamable HTTP, both trusted (their prompts are accepted as listed).
+The SDK client talks to /mcp in both eras with three tokens:
+
+* `all`: every server, prefixed: prompts `<server>__<prompt>`, URIs `patchbay://<server>/<uri>`;
+* `own`: `--servers web --no-prefix`: the server's own names and URIs, the same as a client
+  connected to server-everything directly sees them (in name order: the host keeps lists
+  sorted);
+* `simple`: `--servers everything --tools 'everything__simple-*'`: one prompt, no other.
+
+Every read is on record (the host's `calls_read` rows, read from its SQLite file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import mcp
+import mcp_types as types
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.gateway.agents import MODES, agent
+from tests.gateway.conftest import GatewayHost, _Hosts
+from tests.helpers import free_port, wait_until
+from tests.mcp.test_interop import EVERYTHING, LOOPBACK_PRELOAD, NODE, _need_node, _serve
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = ["args-prompt", "completable-prompt", "resource-prompt", "simple-prompt"]
+DOCUMENT = "demo://resource/static/document/architecture.md"
+TEMPLATE = "demo://resource/dynamic/text/{resourceId}"
+TOKENS = {"all": [], "own": ["--servers", "web", "--no-prefix"], "simple": ["--servers", "everything"]}
+
+
+@pytest.fixture(scope="module")
+def everything_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """server-everything over Streamable HTTP, for the host and for a direct client."""
+    _need_node()
+    port = free_port()
+    log = tmp_path_factory.mktemp("everything") / "everything.log"
+    argv = [str(NODE), "--import", LOOPBACK_PRELOAD, str(EVERYTHING), "streamableHttp"]
+    with _serve(argv, env={"PATH": "/usr/bin:/bin", "PORT": str(port)}, port=port, path="/mcp", log=log) as served:
+        yield served.url
+
+
+@pytest.fixture(scope="module")
+def offers_host(gateway_hosts: _Hosts, everything_url: str, tmp_path_factory: pytest.TempPathFactory) -> GatewayHost:
+    host = gateway_hosts.get("offers")
+    config = tmp_path_factory.mktemp("offers") / "servers.json"
+    servers = {
+        "everything": {"command": str(NODE), "args": [str(EVERYTHING)], "trusted": True},
+        "web": {"type": "http", "url": everything_url, "trusted": True},
+    }
+    config.write_text(json.dumps({"mcpServers": servers}))
+    host.mcp("import", str(config), "--refresh")
+    wait_until(lambda: len(_rows(host, "SELECT exposed_name FROM catalog_prompt WHERE status = 'active'")) == 8)
+    for name, args in TOKENS.items():
+        extra = ["--tools", "everything__simple-*"] if name == "simple" else []
+        created = json.loads(host.mcp("token", "create", name, *args, *extra, "--json").stdout)
+        host.tokens[name] = created["token"]
+    return host
+
+
+def _rows(host: GatewayHost, sql: str) -> list[tuple[Any, ...]]:
+    db = host.data_dir / "patchbay.sqlite3"
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        try:
+            return conn.execute(sql).fetchall()
+        except sqlite3.OperationalError:  # not migrated yet
+            return []
+
+
+def _reads(host: GatewayHost, requester: str) -> list[tuple[str, str, str, str]]:
+    return [
+        tuple(r)  # type: ignore[misc]
+        for r in _rows(
+            host,
+            "SELECT server_name, kind, target, outcome FROM calls_read "
+            f"WHERE requester_name = '{requester}' ORDER BY id",
+        )
+    ]
+
+
+@contextlib.asynccontextmanager
+async def direct(url: str) -> Any:
+    async with mcp.Client(streamable_http_client(url), mode="legacy") as client:
+        yield client
+
+
+def _dump(items: list[Any]) -> list[dict[str, Any]]:
+    return [i.model_dump(mode="json", exclude_none=True) for i in items]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_prefixed_view_lists_every_servers_prompts_and_resources_by_their_server(
+    offers_host: GatewayHost, mode: str
+) -> None:
+    async def scenario() -> None:
+        async with agent(offers_host, "all", mode) as client:
+            prompts = [p.name for p in (await client.list_prompts()).prompts]
+            assert prompts == [f"{s}__{p}" for s in ("everything", "web") for p in PROMPTS]
+            uris = [r.uri for r in (await client.list_resources()).resources]
+            assert f"patchbay://everything/{DOCUMENT}" in uris and f"patchbay://web/{DOCUMENT}" in uris
+            assert all(u.startswith(("patchbay://everything/", "patchbay://web/")) for u in uris), uris
+            templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
+            assert f"patchbay://web/{TEMPLATE}" in templates and f"patchbay://everything/{TEMPLATE}" in templates
+
+            read = await client.read_resource(f"patchbay://web/{DOCUMENT}")
+            assert read.contents[0].uri == f"patchbay://web/{DOCUMENT}"
+            assert isinstance(read.contents[0], types.TextResourceContents)
+            assert read.contents[0].text.startswith("# Everything Server")
+            made = await client.read_resource(f"patchbay://everything/{TEMPLATE.replace('{resourceId}', '3')}")
+            assert made.contents[0].text.startswith("Resource 3: This is a plaintext resource")  # type: ignore[union-attr]
+
+            got = await client.get_prompt("everything__args-prompt", {"city": "Lyon", "state": "Rhône"})
+            assert [m.model_dump(mode="json", exclude_none=True) for m in got.messages] == [
+                {"role": "user", "content": {"type": "text", "text": "What's weather in Lyon, Rhône?"}}
+            ]
+            embedded = await client.get_prompt("web__resource-prompt", {"resourceType": "Text", "resourceId": "2"})
+            resources = [m.content for m in embedded.messages if isinstance(m.content, types.EmbeddedResource)]
+            assert resources and all(r.resource.uri.startswith("patchbay://web/") for r in resources), embedded
+
+            # A URI no server lists, and one of a server with no such name, are clear errors.
+            with pytest.raises(mcp.MCPError) as unknown:
+                await client.read_resource("patchbay://nowhere/demo://x")
+            assert unknown.value.error.code == types.INVALID_PARAMS and "nowhere" in unknown.value.error.message
+            with pytest.raises(mcp.MCPError) as missing:
+                await client.read_resource("patchbay://web/demo://resource/static/document/nope.md")
+            assert "not found" in missing.value.error.message.lower()
+
+    asyncio.run(scenario())
+    reads = _reads(offers_host, "all")
+    assert ("web", "resource", DOCUMENT, "ok") in reads
+    assert ("everything", "prompt", "everything__args-prompt", "ok") in reads
+    assert ("web", "resource", "demo://resource/static/document/nope.md", "failed") in reads
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_one_server_unprefixed_view_is_the_server_as_read_directly(
+    offers_host: GatewayHost, everything_url: str, mode: str
+) -> None:
+    async def scenario() -> None:
+        async with agent(offers_host, "own", mode) as client, direct(everything_url) as server:
+            ours, theirs = await client.list_prompts(), await server.list_prompts()
+            assert sorted(_dump(ours.prompts), key=lambda p: p["name"]) == sorted(
+                _dump(theirs.prompts), key=lambda p: p["name"]
+            )
+            ours_r, theirs_r = await client.list_resources(), await server.list_resources()
+            assert {r.uri for r in ours_r.resources} == {r.uri for r in theirs_r.resources}
+            ours_t, theirs_t = await client.list_resource_templates(), await server.list_resource_templates()
+            assert sorted(_dump(ours_t.resource_templates), key=str) == sorted(
+                _dump(theirs_t.resource_templates), key=str
+            )
+            for uri in (DOCUMENT, TEMPLATE.replace("{resourceId}", "7")):
+                assert _dump((await client.read_resource(uri)).contents) == _dump(
+                    (await server.read_resource(uri)).contents
+                )
+            arguments = {"resourceType": "Text", "resourceId": "2"}
+            assert _dump((await client.get_prompt("resource-prompt", arguments)).messages) == _dump(
+                (await server.get_prompt("resource-prompt", arguments)).messages
+            )
+            ref = types.PromptReference(type="ref/prompt", name="completable-prompt")
+            ours_c = await client.complete(ref, {"name": "department", "value": "E"})
+            theirs_c = await server.complete(ref, {"name": "department", "value": "E"})
+            assert ours_c.completion.values == theirs_c.completion.values and ours_c.completion.values
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_narrow_view_sees_only_its_prompts_and_servers(offers_host: GatewayHost, mode: str) -> None:
+    async def scenario() -> None:
+        async with agent(offers_host, "simple", mode) as client:
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["everything__simple-prompt"]
+            assert (await client.get_prompt("everything__simple-prompt")).messages
+            for name in ("everything__args-prompt", "web__simple-prompt"):
+                with pytest.raises(mcp.MCPError) as hidden:
+                    await client.get_prompt(name, {"city": "x"})
+                assert hidden.value.error.code == types.INVALID_PARAMS and "Unknown prompt" in str(hidden.value)
+            uris = [r.uri for r in (await client.list_resources()).resources]
+            assert uris and all(u.startswith("patchbay://everything/") for u in uris)
+            with pytest.raises(mcp.MCPError):
+                await client.read_resource(f"patchbay://web/{DOCUMENT}")
+            ref = types.PromptReference(type="ref/prompt", name="web__completable-prompt")
+            with pytest.raises(mcp.MCPError):
+                await client.complete(ref, {"name": "department", "value": "E"})
+
+    asyncio.run(scenario())
+    assert not [r for r in _reads(offers_host, "simple") if r[0] == "web"]
+
+
+def test_reads_name_their_requester_and_are_not_kept(offers_host: GatewayHost) -> None:
+    """A read's row says who read what, and how much came back of which types."""
+
+    async def scenario() -> None:
+        async with agent(offers_host, "all", "auto") as client:
+            await client.read_resource(f"patchbay://everything/{DOCUMENT}")
+
+    asyncio.run(scenario())
+    rows = _rows(
+        offers_host,
+        "SELECT requester_kind, size, parts FROM calls_read WHERE requester_name = 'all' AND kind = 'resource' "
+        f"AND target = '{DOCUMENT}' AND server_name = 'everything' ORDER BY id DESC LIMIT 1",
+    )
+    assert rows, "no row for the read"
+    kind, size, parts = rows[0]
+    assert kind == "agent" and size > 100
+    assert json.loads(parts) == [{"mimeType": "text/markdown", "bytes": size}]
