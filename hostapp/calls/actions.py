@@ -20,7 +20,7 @@ from django.utils import timezone
 from hostapp.catalog.models import Tool
 from hostapp.catalog.pool import current_pool, pool_for
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import McpFailure, result_failure
+from hostapp.mcp import CallWatch, McpFailure, result_failure
 
 from . import life, notify
 from .models import Call, Rule
@@ -206,8 +206,9 @@ def run_now(call: Call, tool: Tool) -> Call:
     return life.finish(call, result, result_failure(result, call.original_name), time.perf_counter() - started)
 
 
-async def arun_now(call: Call) -> Call:
-    """:func:`run_now` for async callers: the upstream call is awaited, no thread waits on it."""
+async def arun_now(call: Call, watch: CallWatch | None = None) -> Call:
+    """:func:`run_now` for async callers: the upstream call is awaited, no thread waits on it;
+    `watch` hears the server's progress and log messages meanwhile."""
     tool = call.tool
     assert tool is not None
     pool = current_pool(tool.server) or await sync_to_async(pool_for, thread_sensitive=False)(tool.server)
@@ -215,7 +216,7 @@ async def arun_now(call: Call) -> Call:
     result: dict[str, Any] | None = None
     failure: McpFailure | None
     try:
-        result = await pool.acall_tool(tool.server.name, call.original_name, call.arguments)
+        result = await pool.acall_tool(tool.server.name, call.original_name, call.arguments, watch=watch)
         failure = result_failure(result, call.original_name)
     except McpFailure as exc:
         failure = exc

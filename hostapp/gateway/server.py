@@ -50,7 +50,7 @@ from hostapp.calls.models import Call
 from hostapp.calls.policy import Decision
 from hostapp.catalog.pool import current_pool, pool_for
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import McpFailure, Pool, errors, result_failure
+from hostapp.mcp import LOG_LEVELS, CallWatch, McpFailure, Pool, errors, result_failure
 
 from .agent_catalog import Catalog, CatalogCache
 from .agent_offers import agent_content
@@ -75,6 +75,8 @@ RUNNING_VISIBLE_AFTER = 0.5
 # The JSON-RPC error of a read the host refuses (a disabled or blocked server, a
 # quarantined prompt): implementation-defined range.
 REFUSED = -32000
+# 2025-era sessions whose `logging/setLevel` is kept (the oldest forgotten first).
+LOG_SESSIONS_MAX = 5000
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,8 @@ class Gateway:
         self._background: set[asyncio.Future[Any]] = set()
         # Agents waiting for calls, by call id: `calls_moved` wakes them.
         self._waiting: dict[int, set[asyncio.Event]] = {}
+        # The log level each 2025-era session set (`logging/setLevel`), by Mcp-Session-Id.
+        self._log_levels: dict[str, str] = {}
         self._listen = ListenHandler(self.notices.bus)
         self.server: Server[Any] = Server(
             "patchbay",
@@ -218,6 +222,7 @@ class Gateway:
             on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource,
             on_completion=self.complete,
+            on_set_logging_level=self.set_logging_level,
             on_subscriptions_listen=self.listen,
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
         )
@@ -237,6 +242,44 @@ class Gateway:
             request = getattr(ctx, "request", None)
             session_id = request.headers.get("mcp-session-id") if request is not None else None
         self.notices.seen(agent, session_id, ctx.session)
+
+    @staticmethod
+    def _session_id(ctx: Any) -> str | None:
+        request = getattr(ctx, "request", None)
+        return request.headers.get("mcp-session-id") if request is not None else None
+
+    async def set_logging_level(self, ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        """`logging/setLevel` (2025 era): the session hears its calls' log messages from then on."""
+        session_id = self._session_id(ctx)
+        if session_id:
+            self._log_levels.pop(session_id, None)
+            self._log_levels[session_id] = params.level
+            while len(self._log_levels) > LOG_SESSIONS_MAX:
+                del self._log_levels[next(iter(self._log_levels))]
+        return types.EmptyResult()
+
+    def _watch(self, ctx: Any, params: types.CallToolRequestParams) -> CallWatch:
+        """What the agent hears of its call while the server runs it: the server's progress
+        (if the agent asked for progress) and its log messages (if the agent set a level:
+        in the request's `_meta` in 2026-07-28, with `logging/setLevel` in 2025)."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            level = (params.meta or {}).get(types.LOG_LEVEL_META_KEY)
+        else:
+            level = self._log_levels.get(self._session_id(ctx) or "")
+        loop = asyncio.get_running_loop()
+        session = ctx.session
+
+        def hop(coro: Any) -> None:  # the pool calls back on its own loop: sent on this one
+            asyncio.run_coroutine_threadsafe(coro, loop)
+
+        def on_log(entry: dict[str, Any]) -> None:
+            hop(session.send_log_message(entry["level"], entry["data"], entry["logger"], ctx.request_id))
+
+        return CallWatch(
+            on_progress=lambda progress, total, message: hop(session.report_progress(progress, total, message)),
+            on_log=on_log,
+            log_level=level if level in LOG_LEVELS else "",
+        )
 
     async def listen(self, ctx: Any, params: Any) -> Any:
         """`subscriptions/listen` (2026-07-28): the SDK's handler, its stream kept as the agent's."""
@@ -391,8 +434,9 @@ class Gateway:
         # Outside the agent's view (or blocked): the ledger records the refusal, and to the
         # agent the tool does not exist.
         fresh = self._fresh_route(name, arguments) if entry.visible_to(agent) else None
+        watch = self._watch(ctx, params)
         if fresh is not None:
-            return await self._run_read_only(*fresh, requester, arguments)
+            return await self._run_read_only(*fresh, requester, arguments, watch)
         generation, read_at = self._routes_generation, time.monotonic()
         try:
             call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester, run=False)
@@ -406,7 +450,7 @@ class Gateway:
             if generation == self._routes_generation:
                 decision = Decision(call.decision, call.decision_reason)
                 self.routes[name] = Route(call.tool, decision, read_at, calls.schema_key(call.tool.input_schema))
-            call = await calls.arun_now(call)
+            call = await calls.arun_now(call, watch)
             return result_for(call, agent)
         return await self._await(ctx, call, agent)
 
@@ -422,12 +466,12 @@ class Gateway:
         return route, pool
 
     async def _run_read_only(
-        self, route: Route, pool: Pool, requester: Any, arguments: dict[str, Any]
+        self, route: Route, pool: Pool, requester: Any, arguments: dict[str, Any], watch: CallWatch
     ) -> types.CallToolResult:
         """Call the server, write the call, answer (see the module's doc)."""
         tool = route.tool
         started_at, started = timezone.now(), time.perf_counter()
-        upstream = asyncio.ensure_future(pool.acall_tool(tool.server.name, tool.original_name, arguments))
+        upstream = asyncio.ensure_future(pool.acall_tool(tool.server.name, tool.original_name, arguments, watch=watch))
         running: asyncio.Future[Call] | None = None
         result: dict[str, Any] | None = None
         failure: McpFailure | None = None

@@ -6,11 +6,13 @@ Plain configuration in, plain data out; nothing here imports Django.
 from __future__ import annotations
 
 from .config import ConfigError, ServerConfig, parse_document, parse_entry, render_document
-from .connection import result_failure
+from .connection import LOG_LEVELS, CallWatch, result_failure
 from .errors import McpFailure
 from .pool import Pool, PoolEvent, PoolPolicy, ServerStatus
 
 __all__ = [
+    "LOG_LEVELS",
+    "CallWatch",
     "ConfigError",
     "McpFailure",
     "Pool",

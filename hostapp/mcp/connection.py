@@ -47,6 +47,35 @@ MAX_ITEMS = 20000
 _UNKNOWN_TOOL_RE = re.compile(r"\b(unknown tool|tool\b.{0,80}\bnot found|no such tool|tool not found)", re.IGNORECASE)
 
 ProgressFn = Callable[[float, float | None, str | None], Any]
+LogFn = Callable[[dict[str, Any]], Any]
+
+# The protocol's log levels, least severe first.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+@dataclass(eq=False)
+class CallWatch:
+    """What the caller of a tool hears while the call runs: the server's progress, and its
+    log messages at `log_level` or above (none when it is empty).
+
+    A server's `notifications/message` names no request. A log message is passed on only
+    while its watch's call is the only one in flight on the connection: with two, it could
+    be either's, and passing it on could tell one caller of another's call.
+    """
+
+    on_progress: ProgressFn | None = None
+    on_log: LogFn | None = None
+    log_level: str = ""
+
+    def hears(self, level: str) -> bool:
+        if self.on_log is None or self.log_level not in LOG_LEVELS:
+            return False
+        return level in LOG_LEVELS and LOG_LEVELS.index(level) >= LOG_LEVELS.index(self.log_level)
+
+
+async def _maybe_await(outcome: Any) -> None:
+    if hasattr(outcome, "__await__"):
+        await outcome
 
 
 @dataclass
@@ -128,6 +157,10 @@ class Connection:
         self._on_tools_changed = on_tools_changed
         self._http: httpx2.AsyncClient | None = None
         self._connect_scope: anyio.CancelScope | None = None
+        # The watches of the tool calls in flight (None for a call nobody watches).
+        self._in_flight: list[CallWatch | None] = []
+        # The level last asked of a 2025-era server with `logging/setLevel` (once a watch wants logs).
+        self._upstream_level = ""
 
     # -- transports ------------------------------------------------------------------
 
@@ -289,9 +322,24 @@ class Connection:
         if isinstance(message, Exception):
             logger.warning("%s: transport reported %r", self.config.name, message)
             return
-        is_change = getattr(message, "method", None) == "notifications/tools/list_changed"
-        if is_change and self._on_tools_changed is not None:
+        method = getattr(message, "method", None)
+        if method == "notifications/tools/list_changed" and self._on_tools_changed is not None:
             await self._on_tools_changed()
+        elif method == "notifications/message":
+            await self._pass_log(message.params)
+
+    async def _pass_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """A server's log message, to the watch of the one call in flight (CallWatch)."""
+        if len(self._in_flight) != 1:
+            return
+        watch = self._in_flight[0]
+        if watch is None or not watch.hears(params.level) or watch.on_log is None:
+            return
+        entry = {"level": params.level, "logger": params.logger, "data": params.data}
+        try:
+            await _maybe_await(watch.on_log(entry))
+        except Exception:  # boundary: a watcher gone only misses a message
+            logger.debug("%s: a log message could not be passed on", self.config.name, exc_info=True)
 
     async def listen_for_changes(self) -> None:
         """Modern servers announce list changes only on a `subscriptions/listen` stream."""
@@ -422,31 +470,52 @@ class Connection:
         *,
         timeout: float | None = None,
         meta: dict[str, Any] | None = None,
-        on_progress: ProgressFn | None = None,
+        watch: CallWatch | None = None,
     ) -> dict[str, Any]:
-        """Call a tool; the CallToolResult as plain data (``isError`` results included)."""
+        """Call a tool; the CallToolResult as plain data (``isError`` results included).
+        `watch` hears its progress and log messages (CallWatch)."""
         client = self._require_client()
         limit = timeout if timeout is not None else self.config.call_timeout
 
         progress_callback = None
-        if on_progress is not None:
+        if watch is not None and watch.on_progress is not None:
+            on_progress = watch.on_progress
 
             async def progress_callback(progress: float, total: float | None, message: str | None) -> None:
-                outcome = on_progress(progress, total, message)
-                if hasattr(outcome, "__await__"):
-                    await outcome
+                await _maybe_await(on_progress(progress, total, message))
 
-        result = await self._request(
-            lambda: client.call_tool(
-                name,
-                arguments or {},
-                read_timeout_seconds=limit,
-                progress_callback=progress_callback,
-                meta=meta,  # type: ignore[arg-type]
-            ),
-            timeout=limit,
-        )
+        if watch is not None and watch.on_log is not None and watch.log_level in LOG_LEVELS:
+            meta = await self._ask_logs(client, watch.log_level, meta)
+        self._in_flight.append(watch)
+        try:
+            result = await self._request(
+                lambda: client.call_tool(
+                    name,
+                    arguments or {},
+                    read_timeout_seconds=limit,
+                    progress_callback=progress_callback,
+                    meta=meta,  # type: ignore[arg-type]
+                ),
+                timeout=limit,
+            )
+        finally:
+            self._in_flight.remove(watch)
         return _dump(result)
+
+    async def _ask_logs(self, client: Client, level: str, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Ask the server for log messages at `level`: in the request's `_meta` (2026-07-28),
+        or with `logging/setLevel` for the session, lowered as callers ask for more (2025)."""
+        if self.facts.era == "modern":
+            return {**(meta or {}), types.LOG_LEVEL_META_KEY: level}
+        if "logging" not in self.facts.capabilities:
+            return meta
+        if not self._upstream_level or LOG_LEVELS.index(level) < LOG_LEVELS.index(self._upstream_level):
+            try:
+                await self._request(lambda: client.set_logging_level(level), timeout=10)  # type: ignore[arg-type]
+                self._upstream_level = level
+            except McpFailure as exc:  # the call goes on without the server's logs
+                logger.info("%s: logging/setLevel %s failed: %s", self.config.name, level, exc)
+        return meta
 
     async def _request(self, send: Callable[[], Awaitable[Any]], timeout: float | None = None) -> Any:
         """Send one request and translate every way it can fail into the taxonomy."""

@@ -44,7 +44,7 @@ import anyio
 
 from . import errors
 from .config import ServerConfig
-from .connection import Connection, ProgressFn
+from .connection import CallWatch, Connection
 from .errors import McpFailure
 
 logger = logging.getLogger(__name__)
@@ -603,7 +603,7 @@ class Pool:
         arguments: dict[str, Any] | None,
         timeout: float | None,
         meta: dict[str, Any] | None,
-        on_progress: ProgressFn | None,
+        watch: CallWatch | None,
     ) -> dict[str, Any]:
         slot = self._slot(name)
         limit = timeout if timeout is not None else slot.config.call_timeout
@@ -611,7 +611,7 @@ class Pool:
         slot, conn = await self._acquire(name, deadline)
         self._begin_use(slot)  # no await since the connection was taken: idle_close cannot take it back
         try:
-            result = await conn.call_tool(tool, arguments, timeout=limit, meta=meta, on_progress=on_progress)
+            result = await conn.call_tool(tool, arguments, timeout=limit, meta=meta, watch=watch)
         except McpFailure as failure:
             self._note(slot, failure)
             raise
@@ -744,12 +744,12 @@ class Pool:
         *,
         timeout: float | None = None,
         meta: dict[str, Any] | None = None,
-        on_progress: ProgressFn | None = None,
+        watch: CallWatch | None = None,
     ) -> dict[str, Any]:
         """Call `tool` on `server`; the result as plain data, or raise :class:`McpFailure`."""
         slot = self._slot(server)
         limit = (timeout if timeout is not None else slot.config.call_timeout) + slot.config.connect_timeout + 5
-        return self.run(self._call_tool(server, tool, arguments, timeout, meta, on_progress), timeout=limit)
+        return self.run(self._call_tool(server, tool, arguments, timeout, meta, watch), timeout=limit)
 
     async def acall_tool(
         self,
@@ -759,9 +759,9 @@ class Pool:
         *,
         timeout: float | None = None,
         meta: dict[str, Any] | None = None,
-        on_progress: ProgressFn | None = None,
+        watch: CallWatch | None = None,
     ) -> dict[str, Any]:
-        return await self.arun(self._call_tool(server, tool, arguments, timeout, meta, on_progress))
+        return await self.arun(self._call_tool(server, tool, arguments, timeout, meta, watch))
 
     def list_tools(self, server: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         slot = self._slot(server)

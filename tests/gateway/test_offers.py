@@ -214,3 +214,41 @@ def test_reads_name_their_requester_and_are_not_kept(offers_host: GatewayHost) -
     kind, size, parts = rows[0]
     assert kind == "agent" and size > 100
     assert json.loads(parts) == [{"mimeType": "text/markdown", "bytes": size}]
+
+
+# -- what a server sends during a call --------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("server", ["everything", "web"])
+def test_a_long_running_tools_progress_reaches_the_agent(offers_host: GatewayHost, mode: str, server: str) -> None:
+    seen: list[tuple[float, float | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total))
+
+    async def scenario() -> types.CallToolResult:
+        async with agent(offers_host, "all", mode) as client:
+            return await client.call_tool(
+                f"{server}__trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress
+            )
+
+    result = asyncio.run(scenario())
+    assert not result.is_error, result
+    assert "Long running operation completed" in result.content[0].text  # type: ignore[union-attr]
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+def test_no_progress_for_an_agent_that_did_not_ask(offers_host: GatewayHost) -> None:
+    """Progress goes only where a progress token asked for it (the SDK adds one only with a callback)."""
+    notices: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notices.append(message)
+
+    async def scenario() -> None:
+        async with agent(offers_host, "all", "legacy", message_handler=on_message) as client:
+            await client.call_tool("everything__trigger-long-running-operation", {"duration": 0.4, "steps": 2})
+
+    asyncio.run(scenario())
+    assert not [n for n in notices if getattr(n, "method", "") == "notifications/progress"]

@@ -13,7 +13,7 @@ import anyio
 import psutil
 import pytest
 
-from hostapp.mcp import McpFailure, Pool, result_failure
+from hostapp.mcp import CallWatch, McpFailure, Pool, result_failure
 from hostapp.mcp.pool import CRASH_LOOPING, DEGRADED, READY
 from hostapp.mcp.sanitize import clean_text
 from hostapp.mcp.stdio import stop_process
@@ -179,7 +179,9 @@ def test_a_server_that_hangs_times_out(pool: Pool) -> None:
 def test_progress_notifications_reach_the_callback(pool: Pool) -> None:
     pool.configure([hostile("well", "well")])
     seen: list[tuple[float, float | None, str | None]] = []
-    result = pool.call_tool("well", "slow", {"seconds": 0.3}, on_progress=lambda p, t, m: seen.append((p, t, m)))
+    result = pool.call_tool(
+        "well", "slow", {"seconds": 0.3}, watch=CallWatch(on_progress=lambda p, t, m: seen.append((p, t, m)))
+    )
     assert result["content"][0]["text"] == "slept 0.3"
     assert [p for p, _, _ in seen] == [float(i) for i in range(1, 11)]
     assert seen[-1] == (10.0, 10.0, "step 10")
