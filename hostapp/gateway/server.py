@@ -56,6 +56,7 @@ from .agent_catalog import Catalog, CatalogCache
 from .agent_offers import agent_content
 from .agent_view import AgentInfo
 from .notices import PROMPTS, RESOURCES, TOOLS, Notices, current_agent
+from .updates import Subscriber, Updates
 
 logger = logging.getLogger(__name__)
 
@@ -202,6 +203,7 @@ class Gateway:
         # The log level each 2025-era session set (`logging/setLevel`), by Mcp-Session-Id.
         self._log_levels: dict[str, str] = {}
         self._listen = ListenHandler(self.notices.bus)
+        self.updates = Updates(self.notices.bus)
         self.server: Server[Any] = Server(
             "patchbay",
             version="0.1.0",
@@ -223,6 +225,8 @@ class Gateway:
             on_read_resource=self.read_resource,
             on_completion=self.complete,
             on_set_logging_level=self.set_logging_level,
+            on_subscribe_resource=self.subscribe_resource,
+            on_unsubscribe_resource=self.unsubscribe_resource,
             on_subscriptions_listen=self.listen,
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
         )
@@ -282,14 +286,54 @@ class Gateway:
         )
 
     async def listen(self, ctx: Any, params: Any) -> Any:
-        """`subscriptions/listen` (2026-07-28): the SDK's handler, its stream kept as the agent's."""
+        """`subscriptions/listen` (2026-07-28): the SDK's handler, its stream kept as the agent's;
+        the resources it names are subscribed to for as long as it is open (updates.py)."""
         agent = _agent(ctx)
         self.notices.seen(agent)
+        key = object()
+        notifications = params.notifications
+        wanted = (notifications.resource_subscriptions or []) if notifications is not None else []
+        subscribed = []
+        catalog = await self.catalog.get()
         token = current_agent.set(agent)
         try:
+            for uri in wanted[:100]:
+                try:
+                    server, own = catalog.offers.route(agent, uri)
+                except LookupError:
+                    continue  # not this agent's to hear of
+                pool = current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
+                await self.updates.add(pool, server.name, own, key, Subscriber(agent.pk, uri))
+                subscribed.append((server.name, own))
             return await self._listen(ctx, params)
         finally:
             current_agent.reset(token)
+            for server_name, own in subscribed:
+                await self.updates.remove(server_name, own, key)
+
+    async def subscribe_resource(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        """`resources/subscribe` (2025 era): the session hears of the resource's updates."""
+        agent = _agent(ctx)
+        session_id = self._session_id(ctx)
+        if not session_id:
+            raise MCPError(INVALID_PARAMS, "resources/subscribe needs a session (Mcp-Session-Id)")
+        server, own = await self._subscribed_resource(agent, params.uri)
+        pool = current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
+        await self.updates.add(pool, server.name, own, session_id, Subscriber(agent.pk, params.uri, ctx.session))
+        return types.EmptyResult()
+
+    async def unsubscribe_resource(self, ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        agent = _agent(ctx)
+        server, own = await self._subscribed_resource(agent, params.uri)
+        await self.updates.remove(server.name, own, self._session_id(ctx) or "")
+        return types.EmptyResult()
+
+    async def _subscribed_resource(self, agent: AgentInfo, uri: str) -> tuple[Any, str]:
+        catalog = await self.catalog.get()
+        try:
+            return catalog.offers.route(agent, uri)
+        except LookupError as exc:
+            raise MCPError(INVALID_PARAMS, str(exc), {"uri": uri}) from None
 
     async def list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         agent = _agent(ctx)

@@ -7,6 +7,7 @@ SDK multiplexes concurrent requests over the one session.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
@@ -144,6 +145,7 @@ class Connection:
         config: ServerConfig,
         *,
         on_tools_changed: Callable[[], Awaitable[None]] | None = None,
+        on_resource_updated: Callable[[str], Awaitable[None]] | None = None,
         auth: httpx2.Auth | None = None,
     ) -> None:
         self.config = config
@@ -155,12 +157,15 @@ class Connection:
         self.closed = anyio.Event()
         self.failure: McpFailure | None = None
         self._on_tools_changed = on_tools_changed
+        self._on_resource_updated = on_resource_updated
         self._http: httpx2.AsyncClient | None = None
         self._connect_scope: anyio.CancelScope | None = None
         # The watches of the tool calls in flight (None for a call nobody watches).
         self._in_flight: list[CallWatch | None] = []
         # The level last asked of a 2025-era server with `logging/setLevel` (once a watch wants logs).
         self._upstream_level = ""
+        # The resources subscribed to on this connection (2025 era: keep_subscribed).
+        self._subscribed: set[str] = set()
 
     # -- transports ------------------------------------------------------------------
 
@@ -327,6 +332,8 @@ class Connection:
             await self._on_tools_changed()
         elif method == "notifications/message":
             await self._pass_log(message.params)
+        elif method == "notifications/resources/updated" and self._on_resource_updated is not None:
+            await self._on_resource_updated(message.params.uri)
 
     async def _pass_log(self, params: types.LoggingMessageNotificationParams) -> None:
         """A server's log message, to the watch of the one call in flight (CallWatch)."""
@@ -355,6 +362,47 @@ class Connection:
                         await self._on_tools_changed()
         except Exception as exc:  # boundary: a lost subscription only costs change notices
             logger.info("%s: subscriptions/listen ended: %r", self.config.name, exc)
+
+    async def keep_subscribed(self, wanted: Callable[[], frozenset[str]], changed: asyncio.Event) -> None:
+        """Be subscribed to the resources `wanted()` names until `changed` is set. 2025 era:
+        `resources/subscribe` for each new URI and `resources/unsubscribe` for each dropped
+        (updates come as notifications); 2026-07-28: one `subscriptions/listen` stream
+        naming them all, opened again when they change."""
+        client = self._require_client()
+        uris = wanted()
+        if self.facts.era != "modern":
+            for uri in sorted(uris - self._subscribed):
+                try:
+                    await self._request(functools.partial(client.subscribe_resource, uri), timeout=10)
+                    self._subscribed.add(uri)
+                except McpFailure as exc:
+                    logger.info("%s: resources/subscribe %s failed: %s", self.config.name, uri, exc)
+            for uri in sorted(self._subscribed - uris):
+                self._subscribed.discard(uri)
+                try:
+                    await self._request(functools.partial(client.unsubscribe_resource, uri), timeout=10)
+                except McpFailure as exc:
+                    logger.info("%s: resources/unsubscribe %s failed: %s", self.config.name, uri, exc)
+            await changed.wait()
+            return
+        if not uris:
+            await changed.wait()
+            return
+        try:
+            async with client.listen(resource_subscriptions=sorted(uris)) as sub, anyio.create_task_group() as tg:
+
+                async def relay() -> None:
+                    async for event in sub:
+                        uri = getattr(event, "uri", None)
+                        if isinstance(uri, str) and self._on_resource_updated is not None:
+                            await self._on_resource_updated(uri)
+
+                tg.start_soon(relay)
+                await changed.wait()
+                tg.cancel_scope.cancel()
+        except Exception as exc:  # boundary: a lost stream costs updates until the next change
+            logger.info("%s: resource subscriptions ended: %r", self.config.name, exc)
+            await changed.wait()
 
     # -- requests --------------------------------------------------------------------
 

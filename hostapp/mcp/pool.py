@@ -146,6 +146,10 @@ class _Slot:
         self.busy = 0
         self.last_used = time.monotonic()
         self.closed_idle = False
+        # Resources the host is subscribed to, each with whom to tell of its updates; the
+        # connection is kept (not closed idle) while there are any.
+        self.subscriptions: dict[str, Callable[[str], None]] = {}
+        self.subscriptions_changed = asyncio.Event()
 
 
 class Pool:
@@ -402,7 +406,12 @@ class Pool:
             slot.next_attempt_at = None
             self._set_state(slot, CONNECTING)
             auth = self.auth_factory(slot.config) if self.auth_factory and slot.config.transport != "stdio" else None
-            conn = Connection(slot.config, on_tools_changed=functools.partial(self._tools_changed, slot), auth=auth)
+            conn = Connection(
+                slot.config,
+                on_tools_changed=functools.partial(self._tools_changed, slot),
+                on_resource_updated=functools.partial(self._resource_updated, slot),
+                auth=auth,
+            )
             failure: McpFailure | None = None
             try:
                 async with AsyncExitStack() as stack:
@@ -417,6 +426,7 @@ class Pool:
                     self._set_state(slot, self._healthy(slot))
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(conn.listen_for_changes)
+                        tg.start_soon(self._keep_subscriptions, slot, conn)
                         await self._wait_closed(slot, conn)
                         tg.cancel_scope.cancel()
                     slot.ready.clear()
@@ -501,7 +511,7 @@ class Pool:
             timeout = None
             if idle_close is not None:
                 idle_for = time.monotonic() - slot.last_used
-                if slot.busy == 0 and idle_for >= idle_close:
+                if slot.busy == 0 and not slot.subscriptions and idle_for >= idle_close:
                     # Unused for long enough: no new request may take this connection (the
                     # loop is ours until the next await), and the keeper lets it go.
                     slot.ready.clear()
@@ -520,6 +530,41 @@ class Pool:
 
     async def _tools_changed(self, slot: _Slot) -> None:
         self._emit(slot, "tools_changed")
+
+    # -- resource subscriptions ------------------------------------------------------------
+
+    async def _keep_subscriptions(self, slot: _Slot, conn: Connection) -> None:
+        while True:
+            slot.subscriptions_changed = changed = asyncio.Event()
+            await conn.keep_subscribed(lambda: frozenset(slot.subscriptions), changed)
+
+    async def _resource_updated(self, slot: _Slot, uri: str) -> None:
+        tell = slot.subscriptions.get(uri)
+        if tell is None:
+            return
+        try:
+            tell(uri)
+        except Exception:  # boundary: a subscriber's bug must not stop the connection
+            logger.exception("%s: the subscriber of %s failed", slot.config.name, uri)
+
+    async def _subscribe(self, name: str, uri: str, on_updated: Callable[[str], None] | None) -> None:
+        slot = self._slot(name)
+        if on_updated is None:
+            if slot.subscriptions.pop(uri, None) is None:
+                return
+        else:
+            slot.subscriptions[uri] = on_updated
+        slot.subscriptions_changed.set()
+        if slot.subscriptions:
+            self._ensure_keeper(slot)
+
+    async def asubscribe(self, server: str, uri: str, on_updated: Callable[[str], None]) -> None:
+        """Be subscribed to `uri` of `server` (on every connection to it from now on):
+        `on_updated(uri)`, on the pool's loop, at each update the server announces."""
+        await self.arun(self._subscribe(server, uri, on_updated))
+
+    async def aunsubscribe(self, server: str, uri: str) -> None:
+        await self.arun(self._subscribe(server, uri, None))
 
     # -- using a connection ----------------------------------------------------------------
 

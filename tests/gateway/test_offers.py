@@ -62,6 +62,15 @@ def offers_host(gateway_hosts: _Hosts, everything_url: str, tmp_path_factory: py
     config.write_text(json.dumps({"mcpServers": servers}))
     host.mcp("import", str(config), "--refresh")
     wait_until(lambda: len(_rows(host, "SELECT exposed_name FROM catalog_prompt WHERE status = 'active'")) == 8)
+    # An admin's class override: the tool that switches server-everything's simulated updates
+    # on must run in the web process, whose connection holds the subscriptions.
+    host.manage(
+        "shell",
+        "-c",
+        "from hostapp.catalog import actions; from hostapp.catalog.models import Tool; "
+        "[actions.set_class_override(Tool.objects.get(exposed_name=f'{s}__toggle-subscriber-updates'), 'read_only')"
+        " for s in ('everything', 'web')]",
+    )
     for name, args in TOKENS.items():
         extra = ["--tools", "everything__simple-*"] if name == "simple" else []
         created = json.loads(host.mcp("token", "create", name, *args, *extra, "--json").stdout)
@@ -252,3 +261,56 @@ def test_no_progress_for_an_agent_that_did_not_ask(offers_host: GatewayHost) -> 
 
     asyncio.run(scenario())
     assert not [n for n in notices if getattr(n, "method", "") == "notifications/progress"]
+
+
+# -- resource subscriptions ---------------------------------------------------------------------
+
+
+def test_a_subscribed_resources_updates_reach_a_2025_session(offers_host: GatewayHost) -> None:
+    """server-everything announces updates of subscribed resources every few seconds once
+    `toggle-subscriber-updates` is on (a tool of its own, through the host as any other)."""
+    uri = "patchbay://everything/demo://resource/static/document/features.md"
+    updated: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", "") == "notifications/resources/updated":
+            updated.append(message.params.uri)
+
+    async def scenario() -> None:
+        async with agent(offers_host, "all", "legacy", message_handler=on_message) as client:
+            await client.subscribe_resource(uri)
+            toggled = await client.call_tool("everything__toggle-subscriber-updates", {})
+            try:
+                async with asyncio.timeout(30):
+                    while not updated:
+                        await asyncio.sleep(0.2)
+            finally:
+                await client.call_tool("everything__toggle-subscriber-updates", {})
+            assert not toggled.is_error, toggled
+            await client.unsubscribe_resource(uri)
+
+    asyncio.run(scenario())
+    assert updated and set(updated) == {uri}
+
+
+def test_a_listen_stream_naming_a_resource_hears_its_updates(offers_host: GatewayHost) -> None:
+    """2026-07-28: the resource named in `subscriptions/listen` is subscribed to while the
+    stream is open; its updates arrive on the stream under the agent's URI."""
+    uri = "patchbay://web/demo://resource/static/document/startup.md"
+
+    async def scenario() -> list[str]:
+        async with agent(offers_host, "all", "auto") as client:
+            heard: list[str] = []
+            async with client.listen(resource_subscriptions=[uri]) as stream:
+                await client.call_tool("web__toggle-subscriber-updates", {})
+                try:
+                    async with asyncio.timeout(30):
+                        async for event in stream:
+                            if getattr(event, "uri", None):
+                                heard.append(event.uri)  # type: ignore[attr-defined]
+                                break
+                finally:
+                    await client.call_tool("web__toggle-subscriber-updates", {})
+            return heard
+
+    assert asyncio.run(scenario()) == [uri]
