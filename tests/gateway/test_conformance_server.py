@@ -57,6 +57,7 @@ SUITE_TIMEOUT = 300  # s, one suite as a subprocess (idle: 3 s legacy, 12 s mode
 LEGACY_SCENARIOS = 32
 LEGACY_PASSED = {
     "server-initialize": 1,
+    "logging-set-level": 1,
     "ping": 1,
     "tools-list": 1,
     "tools-call-simple-text": 1,
@@ -66,7 +67,7 @@ LEGACY_PASSED = {
     "prompts-list": 1,
     "dns-rebinding-protection": 2,
 }
-LEGACY_TOTAL = 11
+LEGACY_TOTAL = 12
 MODERN_SCENARIOS = 40
 MODERN_PASSED = {
     "server-stateless": 26,  # + 3 baselined per check
