@@ -8,6 +8,7 @@ urlpatterns = [
     path("calls/", views.call_list, name="calls"),
     path("calls/pending/", views.pending, name="pending"),
     path("calls/suggestions/", views.suggestions, name="suggestions"),
+    path("calls/reads/", views.read_list, name="reads"),
     path("calls/<int:call_id>/", views.call_detail, name="call"),
     path("calls/<int:call_id>/result.json", views.call_result_download, name="call_result"),
     path("calls/<int:call_id>/approve/", views.approve, name="call_approve"),

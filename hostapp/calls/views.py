@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from urllib.parse import urlencode
 
@@ -16,11 +17,14 @@ from django.views.decorators.http import require_POST
 
 from hostapp.catalog.models import Tool
 from hostapp.core.http import safe_next
+from hostapp.mcp.sanitize import clean_text
 
 from . import actions, suggest
-from .models import Call
+from .models import Call, Read
 
 CALLS_PAGE_SIZE = 50
+READS_PAGE_SIZE = 50
+EXPOSED_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a prompt's, linked to its page
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 AUDIO_TYPES = {"audio/wav", "audio/x-wav", "audio/mpeg", "audio/ogg", "audio/webm", "audio/mp4"}
 
@@ -67,6 +71,59 @@ def call_list(request: HttpRequest) -> HttpResponse:
     }
     template = "calls/_call_rows.html" if request.GET.get("fragment") == "1" else "calls/calls.html"
     return render(request, template, context)
+
+
+def read_list(request: HttpRequest) -> HttpResponse:
+    """Every read of a resource and every prompt filled in, newest first: who, what, when,
+    how it ended, how much came back and how long it took (hostapp/calls/reads.py)."""
+    filters = {k: request.GET.get(k, "").strip() for k in ("server", "kind", "outcome", "requester")}
+    rows = Read.objects.all()
+    if filters["server"]:
+        rows = rows.filter(server_name=filters["server"])
+    if filters["kind"]:
+        rows = rows.filter(kind=filters["kind"])
+    if filters["outcome"]:
+        rows = rows.filter(outcome=filters["outcome"])
+    if filters["requester"]:
+        rows = rows.filter(requester_name=filters["requester"])
+    page = Paginator(
+        rows.only(
+            "id",
+            "created_at",
+            "requester_kind",
+            "requester_name",
+            "server_name",
+            "kind",
+            "target",
+            "arguments",
+            "outcome",
+            "error",
+            "duration_ms",
+            "size",
+            "parts",
+        ),
+        READS_PAGE_SIZE,
+    ).get_page(request.GET.get("page"))
+    shown = list(page.object_list)
+    for read in shown:
+        # A URI and an error message are the server's words, or a requester's.
+        read.shown_target = clean_text(read.target, 300)  # type: ignore[attr-defined]
+        error = read.error.get("message") if isinstance(read.error, dict) else ""
+        read.shown_error = clean_text(error, 300)  # type: ignore[attr-defined]
+        read.shown_arguments = clean_text(  # type: ignore[attr-defined]
+            json.dumps(read.arguments, ensure_ascii=False) if read.arguments else "", 200
+        )
+        exposed = read.kind == Read.PROMPT and EXPOSED_NAME.fullmatch(read.target)
+        read.link = reverse("prompt", args=[read.target]) if exposed else ""  # type: ignore[attr-defined]
+    context = {
+        "reads": shown,
+        "page": page,
+        "filters": filters,
+        "kind_choices": Read.KINDS,
+        "outcome_choices": Read.OUTCOMES,
+        "query": urlencode({k: v for k, v in filters.items() if v}),
+    }
+    return render(request, "calls/reads.html", context)
 
 
 def _result_view(call: Call) -> dict[str, Any]:

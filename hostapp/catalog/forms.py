@@ -4,10 +4,13 @@ import shlex
 from typing import Any
 
 from django import forms
+from mcp import UriTemplate
 
+from hostapp.calls.reads import MAX_ARGUMENT_CHARS, MAX_PROMPT_ARGUMENTS
 from hostapp.mcp.config import ConfigError, parse_entry
+from hostapp.mcp.sanitize import clean_text
 
-from .models import SECRET_MASK, Server
+from .models import SECRET_MASK, Prompt, Server
 
 
 def _parse_pairs(text: str, sep: str, label: str) -> dict[str, str]:
@@ -160,3 +163,85 @@ class ServerForm(forms.Form):
                 field_name = "oauth_client_id"
             self.add_error(field_name if field_name in self.fields else None, exc.message)
         return data
+
+
+# --- filling in what a server offers: a prompt's arguments, a resource template's variables -----
+
+
+def _described(attrs: dict[str, Any], key: str, hint: str) -> dict[str, Any]:
+    """A field's attributes, pointing at its hint if it has one (templates/catalog/_offer_fields.html)."""
+    return {**attrs, "aria-describedby": f"id_{key}_hint"} if hint else attrs
+
+
+class PromptArgumentsForm(forms.Form):
+    """One text field per argument the prompt declares (arguments are strings). The fields
+    are named by position, never by the server's names; labels and hints are its texts,
+    cleaned (the template escapes them)."""
+
+    def __init__(self, prompt: Prompt, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.names: dict[str, str] = {}
+        for index, argument in enumerate(prompt.arguments[:MAX_PROMPT_ARGUMENTS]):
+            name = argument.get("name")
+            if not isinstance(name, str) or not name or name in self.names.values():
+                continue
+            key = f"arg_{index}"
+            self.names[key] = name
+            hint = clean_text(argument.get("description") or "")
+            self.fields[key] = forms.CharField(
+                label=clean_text(name, 200),
+                required=bool(argument.get("required")),
+                max_length=MAX_ARGUMENT_CHARS,
+                strip=False,
+                help_text=hint,
+                widget=forms.Textarea(attrs=_described({"rows": 1}, key, hint)),
+            )
+
+    def arguments(self) -> dict[str, str]:
+        """The prompt's arguments by their names; an optional one left empty is not sent."""
+        return {self.names[key]: value for key, value in self.cleaned_data.items() if value != ""}
+
+
+# What a variable's operator does to its value, said beside its field.
+OPERATOR_HINTS = {"+": "reserved characters (/ ? #) are kept", "#": "a fragment", "?": "a query parameter"}
+
+
+class TemplateVariablesForm(forms.Form):
+    """One field per variable of an RFC 6570 URI template (the SDK's `UriTemplate` parses
+    and expands it): a query variable (`{?a,b}`, `{&c}`) may be left empty, any other is
+    needed; an exploded one (`{/path*}`) takes a value per line."""
+
+    def __init__(self, template: UriTemplate, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.template = template
+        self.lists: set[str] = set()
+        optional = template.query_variable_names
+        for variable in template.variables:
+            key = f"var_{variable.name}"
+            if key in self.fields:
+                continue
+            help_text = OPERATOR_HINTS.get(variable.operator, "")
+            if variable.explode:
+                self.lists.add(key)
+                help_text = "one value per line"
+            attrs = _described({"rows": 2} if variable.explode else {}, key, help_text)
+            self.fields[key] = forms.CharField(
+                label=variable.name,
+                required=variable.name not in optional and variable.operator not in ("?", "&"),
+                max_length=2000,
+                help_text=help_text,
+                widget=forms.Textarea(attrs=attrs) if variable.explode else forms.TextInput(attrs=attrs),
+            )
+
+    def uri(self) -> str:
+        """The template expanded with the values given (an empty optional one is left out)."""
+        values: dict[str, str | list[str]] = {}
+        for key, value in self.cleaned_data.items():
+            name = key.removeprefix("var_")
+            if key in self.lists:
+                items = [line.strip() for line in value.splitlines() if line.strip()]
+                if items:
+                    values[name] = items
+            elif value != "" or self.fields[key].required:
+                values[name] = value
+        return self.template.expand(values)

@@ -1,28 +1,50 @@
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import re
+import unicodedata
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.paginator import Paginator
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
+from mcp import InvalidUriTemplate, UriTemplate
 
+from hostapp.calls import reads
+from hostapp.calls.actions import Requester
 from hostapp.calls.policy import decide
 from hostapp.core.http import safe_next, staff_required
 from hostapp.mcp.config import ConfigError
+from hostapp.mcp.sanitize import clean_text, removed_characters
 
 from . import actions
-from .forms import ServerForm
-from .models import CLASS_CHOICES, Server, Tool, live_states
+from .forms import PromptArgumentsForm, ServerForm, TemplateVariablesForm
+from .models import (
+    CLASS_CHOICES,
+    PROMPT_PINNED_KEYS,
+    TEMPLATE_PINNED_KEYS,
+    Offer,
+    Prompt,
+    Resource,
+    ResourceTemplate,
+    Server,
+    Tool,
+    live_states,
+)
+from .offers import accept_offer
 from .refreshes import queue_refresh, request_refresh
-from .review import review
+from .review import Review, changes, review
 from .schema import schema_tree
 
 CATALOG_PAGE_SIZE = 100
@@ -137,6 +159,9 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
     else:
         form = ServerForm(instance=server)
     tools = list(server.tools.order_by("exposed_name"))
+    # What it offers besides tools (hostapp/catalog/offers.py).
+    prompts = list(server.prompts.order_by("exposed_name"))
+    templates = list(server.resource_templates.order_by("uri_template"))
     try:
         credential = server.credential  # the OAuth app's, if the server asked for authorization
     except ObjectDoesNotExist:
@@ -146,9 +171,9 @@ def server_detail(request: HttpRequest, name: str) -> HttpResponse:
         "form": form,
         "tools": tools,
         "quarantined": sum(t.status == Tool.QUARANTINED for t in tools),
-        # What it offers besides tools (hostapp/catalog/offers.py).
-        "prompts": list(server.prompts.order_by("exposed_name")),
-        "templates": list(server.resource_templates.order_by("uri_template")),
+        "prompts": prompts,
+        "templates": templates,
+        "offers_quarantined": sum(o.status == Offer.QUARANTINED for o in [*prompts, *templates]),
         "resources": list(server.resources.order_by("uri")[:500]),
         "credential": credential,
         # Authorization is shown (and Connect offered) where the server asked for it, or an
@@ -296,11 +321,16 @@ def tool_accept(request: HttpRequest, exposed_name: str) -> HttpResponse:
 
 
 def server_review(request: HttpRequest, name: str) -> HttpResponse:
-    """Every quarantined tool of one server, each as its own page shows it, and one button
-    that accepts them all: each at the definition shown here (a tool that changed again
-    since the page was rendered is left quarantined, and said so)."""
+    """Every quarantined tool, prompt and resource template of one server, each as its own
+    page shows it, and one button that accepts them all: each at the definition shown here
+    (one that changed again since the page was rendered is left quarantined, and said so)."""
     server = get_object_or_404(Server, name=name)
     tools = list(server.tools.filter(status=Tool.QUARANTINED).select_related("server").order_by("exposed_name"))
+    prompts = list(server.prompts.filter(status=Offer.QUARANTINED).select_related("server").order_by("exposed_name"))
+    templates = list(
+        server.resource_templates.filter(status=Offer.QUARANTINED).select_related("server").order_by("uri_template")
+    )
+    offers: list[tuple[str, Offer]] = [("prompt", p) for p in prompts] + [("template", t) for t in templates]
     if request.method == "POST":
         if not request.user.has_perm("catalog.review_tool"):
             return HttpResponse("You need the review permission to accept tools.", status=403)
@@ -311,12 +341,24 @@ def server_review(request: HttpRequest, name: str) -> HttpResponse:
         if accepted:
             messages.success(request, f"Accepted {len(accepted)} tool{'s' if len(accepted) != 1 else ''} of {name}.")
         moved = [t.exposed_name for t in tools if t not in accepted and t.exposed_name in seen]
+        # A prompt or template as `kind:pk:hash` (a prompt and a tool may share a name).
+        seen_offers = dict(value.rpartition(":")[::2] for value in request.POST.getlist("seen_offer"))
+        taken = [(kind, o) for kind, o in offers if seen_offers.get(f"{kind}:{o.pk}") == o.definition_hash]
+        for _, offer in taken:
+            accept_offer(offer, request.user)
+        if taken:
+            n_prompts = sum(kind == "prompt" for kind, _ in taken)
+            words = [_counted(n_prompts, "prompt"), _counted(len(taken) - n_prompts, "resource template")]
+            messages.success(request, f"Accepted {' and '.join(w for w in words if w)} of {name}.")
+        moved += [_offer_label(o) for kind, o in offers if (kind, o) not in taken and f"{kind}:{o.pk}" in seen_offers]
         if moved:
             messages.error(request, f"Changed again while you were reviewing, left to review: {', '.join(moved)}.")
         return redirect("server_review", name=name) if moved else redirect("server", name=name)
     context = {
         "server": server,
         "reviews": [(t, review(t)) for t in tools],
+        "offer_reviews": [(kind, o, offer_review(o), _shown_offer(o)) for kind, o in offers],
+        "total": len(tools) + len(offers),
         "can_review": request.user.has_perm("catalog.review_tool"),
     }
     return render(request, "catalog/server_review.html", context)
@@ -352,3 +394,516 @@ def tool_override(request: HttpRequest, exposed_name: str) -> HttpResponse:
         else:
             messages.success(request, f"Agents are given {tool.exposed_name} as its server describes it.")
     return redirect("tool", exposed_name=exposed_name)
+
+
+# --- prompts, resources and resource templates -----------------------------------------------
+#
+# Listed and pinned beside the tools (hostapp/catalog/offers.py); every read of one goes
+# through hostapp/calls/reads.py, which checks it, sends it and puts it on record. What comes
+# back is shown here and never stored: text up to PATCHBAY_RESULT_DISPLAY_CAP characters a
+# page (as call results are), images and audio inline up to INLINE_MEDIA_CAP each, anything
+# else downloaded (the transport refuses a message over the server's max_message_bytes).
+
+OFFERS_PAGE_SIZE = 100
+INLINE_MEDIA_CAP = 2 * 1024 * 1024  # decoded bytes of one image or sound shown inline
+MAX_PARTS = 100  # of a resource read, or messages of a prompt, shown
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})  # never SVG: it can script
+AUDIO_TYPES = frozenset({"audio/wav", "audio/x-wav", "audio/mpeg", "audio/ogg", "audio/webm", "audio/mp4"})
+# A download keeps the type its server gave when a browser runs nothing of that type; any
+# other goes as application/octet-stream (text as text/plain). Always as an attachment.
+INERT_TYPES = IMAGE_TYPES | AUDIO_TYPES | {"text/plain", "text/csv", "text/markdown", "application/json"}
+# Shown as text when sent as a blob (and valid UTF-8): text/*, these, and +json, +xml.
+TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml", "application/x-ndjson"})
+_MIME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
+_FILENAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+OFFER_LABELS = {"arguments": "Arguments", "uriTemplate": "URI template", "mimeType": "MIME type"}
+
+
+def _counted(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}" if n else ""
+
+
+def _offer_label(offer: Offer) -> str:
+    return offer.exposed_name if isinstance(offer, Prompt) else offer.uri_template  # type: ignore[attr-defined]
+
+
+def offer_review(offer: Offer) -> Review:
+    """What the review box of a quarantined prompt or template shows: a new one's definition
+    (its page shows it), a changed one's fields side by side, the pinned ones first."""
+    if not offer.pinned_definition:
+        return Review(new=True, changes=[], input_tree=[], annotations={})
+    order = PROMPT_PINNED_KEYS if isinstance(offer, Prompt) else TEMPLATE_PINNED_KEYS
+    found = changes(offer.pinned_definition, offer.definition or {})
+    for change in found:
+        change.label = OFFER_LABELS.get(change.name, change.label)
+    found.sort(key=lambda c: order.index(c.name) if c.name in order else len(order))
+    return Review(new=False, changes=found, input_tree=[], annotations={})
+
+
+def _argument_rows(prompt: Prompt) -> list[dict[str, Any]]:
+    """A prompt's arguments as pages show them: the server's texts cleaned."""
+    return [
+        {
+            "name": clean_text(a.get("name"), 200),
+            "required": bool(a.get("required")),
+            "description": clean_text(a.get("description")),
+        }
+        for a in prompt.arguments
+    ]
+
+
+def _shown_offer(offer: Offer) -> dict[str, Any]:
+    """What a review of a new prompt or template shows of it besides its cleaned texts."""
+    if isinstance(offer, Prompt):
+        return {"arguments": _argument_rows(offer)}
+    return {"uri": clean_text(offer.uri_template, 2000)}  # type: ignore[attr-defined]
+
+
+def _hidden(ch: str) -> bool:
+    return ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp")
+
+
+def _shown_json(value: Any) -> str:
+    """JSON as a server sent it, indented; invisible and direction controls written as their
+    escapes (still the same JSON), so that it reads as what it is."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return "".join(json.dumps(ch)[1:-1] if _hidden(ch) else ch for ch in text)
+
+
+class _Budget:
+    """Characters of text a page still shows."""
+
+    def __init__(self) -> None:
+        self.left = int(settings.PATCHBAY_RESULT_DISPLAY_CAP)
+
+
+def _mime(value: Any) -> str:
+    """A MIME type as pages and downloads use it: lowercase, no parameters; "" if it is none."""
+    mime = str(value or "").split(";", 1)[0].strip().lower()
+    return mime if _MIME.fullmatch(mime) else ""
+
+
+def _textual(mime: str) -> bool:
+    return mime.startswith("text/") or mime in TEXT_TYPES or mime.endswith(("+json", "+xml"))
+
+
+def _text_block(text: str, mime: str, budget: _Budget) -> dict[str, Any]:
+    """Text, JSON pretty printed, cut to what the page still shows, cleaned as descriptions are."""
+    kind = "text"
+    if mime == "application/json" or mime.endswith("+json"):
+        try:
+            text, kind = json.dumps(json.loads(text), indent=2, ensure_ascii=False), "json"
+        except (ValueError, RecursionError):
+            pass  # not JSON after all: shown as it came
+    shown = text[: max(0, budget.left)]
+    budget.left -= len(shown)
+    return {
+        "type": kind,
+        "text": clean_text(shown, len(shown) + 1),
+        "size": len(text),
+        "truncated": len(shown) < len(text),
+        "removed": removed_characters(shown),
+    }
+
+
+def _decoded(data: Any) -> tuple[str, bytes] | None:
+    """Base64 as sent (line breaks dropped) and the bytes it stands for; None if it is not base64."""
+    text = "".join(str(data).split())
+    try:
+        return text, base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _media_block(data: str, raw: bytes, mime: str) -> dict[str, Any] | None:
+    """An image or a sound shown inline: of a type that cannot script, and small enough."""
+    media = "image" if mime in IMAGE_TYPES else "audio" if mime in AUDIO_TYPES else ""
+    if not media or len(raw) > INLINE_MEDIA_CAP:
+        return None
+    # Checked as base64: nothing but its alphabet goes into the data: URL.
+    return {"type": media, "mime": mime, "data": data, "size": len(raw)}
+
+
+def _blob_block(data: Any, mime: str, budget: _Budget) -> dict[str, Any]:
+    """A resource's base64 contents: an image or a sound inline, text declared as text shown
+    as text, anything else a binary to download."""
+    decoded = _decoded(data)
+    if decoded is None:
+        return {"type": "invalid", "mime": mime}
+    text, raw = decoded
+    media = _media_block(text, raw, mime)
+    if media is not None:
+        return media
+    if _textual(mime):
+        try:
+            return {**_text_block(raw.decode("utf-8"), mime, budget), "from_blob": True}
+        except UnicodeDecodeError:
+            pass
+    return {"type": "binary", "mime": mime, "size": len(raw), "too_large": mime in IMAGE_TYPES | AUDIO_TYPES}
+
+
+def _contents_block(item: dict[str, Any], budget: _Budget) -> dict[str, Any]:
+    """One of a resource's contents: text or a blob."""
+    mime = _mime(item.get("mimeType"))
+    if isinstance(item.get("text"), str):
+        return _text_block(item["text"], mime, budget)
+    if "blob" in item:
+        return _blob_block(item["blob"], mime, budget)
+    return {"type": "other", "json": _shown_json(item)[:2000]}
+
+
+def _message_block(content: dict[str, Any], budget: _Budget) -> dict[str, Any]:
+    """The content of a prompt's message, by its type (as the call result view shows one)."""
+    kind = content.get("type")
+    if kind == "text":
+        return _text_block(str(content.get("text", "")), "text/plain", budget)
+    if kind in ("image", "audio"):
+        mime = _mime(content.get("mimeType"))
+        decoded = _decoded(content.get("data", ""))
+        if decoded is None:
+            return {"type": "invalid", "mime": mime}
+        media = _media_block(*decoded, mime)
+        if media is not None and media["type"] == kind:
+            return media
+        size = len(decoded[1])
+        return {
+            "type": "binary",
+            "mime": mime,
+            "size": size,
+            "claimed": kind,
+            "too_large": media is None and size > INLINE_MEDIA_CAP,
+        }
+    if kind == "resource":
+        resource = content["resource"] if isinstance(content.get("resource"), dict) else {}
+        return {
+            "type": "resource",
+            "uri": str(resource.get("uri") or ""),
+            "shown_uri": clean_text(resource.get("uri"), 2000),
+            "mime": _mime(resource.get("mimeType")),
+            "inner": _contents_block(resource, budget),
+        }
+    if kind == "resource_link":
+        uri = str(content.get("uri") or "")
+        return {
+            "type": "resource_link",
+            "uri": uri,
+            "shown_uri": clean_text(uri, 2000),
+            "name": clean_text(content.get("title") or content.get("name") or uri, 200),
+            "description": clean_text(content.get("description")),
+            "mime": _mime(content.get("mimeType")),
+            "external": uri if uri.startswith("https://") else "",
+        }
+    return {"type": "other", "json": _shown_json(content)[:2000]}
+
+
+def _link_listed(server: Server, blocks: list[dict[str, Any]]) -> None:
+    """Embedded resources and links to resources the server lists link to their pages."""
+    uris = {b["uri"] for b in blocks if b["type"] in ("resource", "resource_link") and b["uri"]}
+    if not uris:
+        return
+    pages = dict(Resource.objects.filter(server=server, uri__in=uris).values_list("uri", "pk"))
+    for block in blocks:
+        if block.get("uri") in pages:
+            block["href"] = reverse("resource", args=[pages[block["uri"]]])
+
+
+def _items(result: dict[str, Any] | None, key: str) -> list[dict[str, Any]]:
+    items = (result or {}).get(key)
+    return [i for i in items if isinstance(i, dict)][:MAX_PARTS] if isinstance(items, list) else []
+
+
+def _prompt_messages(result: dict[str, Any] | None, server: Server) -> list[dict[str, Any]]:
+    budget = _Budget()
+    shown: list[dict[str, Any]] = []
+    for message in _items(result, "messages"):
+        content = message["content"] if isinstance(message.get("content"), dict) else {}
+        shown.append({"role": clean_text(message.get("role"), 20), "block": _message_block(content, budget)})
+    _link_listed(server, [m["block"] for m in shown])
+    return shown
+
+
+def _resource_parts(result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    budget = _Budget()
+    return [
+        {
+            "index": index,
+            "uri": clean_text(item.get("uri"), 2000),
+            "mime": _mime(item.get("mimeType")),
+            "block": _contents_block(item, budget),
+        }
+        for index, item in enumerate(_items(result, "contents"))
+    ]
+
+
+def _download(result: dict[str, Any] | None, index: str) -> HttpResponse | None:
+    """One part of a resource read, as an attachment of a type no browser runs; None if
+    there is no such part (or its blob is not base64)."""
+    items = _items(result, "contents")
+    if not index.isdigit() or int(index) >= len(items):
+        return None
+    item = items[int(index)]
+    mime = _mime(item.get("mimeType"))
+    if isinstance(item.get("text"), str):
+        body = item["text"].encode()
+        content_type = f"{mime if mime in INERT_TYPES else 'text/plain'}; charset=utf-8"
+    else:
+        decoded = _decoded(item.get("blob", ""))
+        if decoded is None:
+            return None
+        body = decoded[1]
+        content_type = mime if mime in INERT_TYPES else "application/octet-stream"
+    uri = str(item.get("uri") or "")
+    name = _FILENAME_BAD.sub("_", uri.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])[:100].strip("._")
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{name or "resource"}"'
+    response["Content-Security-Policy"] = "sandbox"
+    return response
+
+
+def _read(request: HttpRequest, server: Server, uri: str) -> tuple[dict[str, Any], int, HttpResponse | None]:
+    """Read `uri` of `server` for the person asking (on record: hostapp/calls/reads.py): what
+    the page shows of it and the status to answer with, or the response of a download."""
+    try:
+        outcome = reads.read_resource(server, uri, Requester.for_user(request.user))
+    except reads.ReadError as exc:
+        return {"read_error": exc.message, "read": exc.read}, exc.status, None
+    shown: dict[str, Any] = {"read": outcome.read, "read_uri": clean_text(uri, 4000)}
+    if outcome.failure is not None:
+        # The page worked; the server did not (a 5xx would be logged as the host's error).
+        return {**shown, "read_failure": clean_text(outcome.failure.message, 2000)}, 200, None
+    download = request.POST.get("download")
+    if download is not None:
+        response = _download(outcome.result, download)
+        if response is not None:
+            return shown, 200, response
+        return {**shown, "read_error": "The server sent no such part to download."}, 404, None
+    return {**shown, "parts": _resource_parts(outcome.result), "was_read": True}, 200, None
+
+
+def _search(q: str, *fields: str) -> Q:
+    found = Q()
+    for name in fields:
+        found |= Q(**{f"{name}__icontains": q})
+    return found
+
+
+def _list_page(
+    request: HttpRequest, rows: QuerySet[Any], counts: dict[str, int], filters: dict[str, str]
+) -> dict[str, Any]:
+    """What the offer lists share: a page of `rows` (counted already), the filters as a query."""
+    paginator = Paginator(rows, OFFERS_PAGE_SIZE)
+    paginator.count = counts["total"]  # known: the paginator need not count again
+    page = paginator.get_page(request.GET.get("page"))
+    query = {k: v for k, v in filters.items() if v}
+    return {
+        "rows": list(page.object_list),
+        "page": page,
+        "counts": counts,
+        **filters,
+        "query": urlencode(query),
+        "quarantined_query": urlencode({**query, "status": Offer.QUARANTINED}),
+        "server_names": Server.objects.order_by("name").values_list("name", flat=True),
+        "status_choices": Tool.STATUSES,
+    }
+
+
+def _offer_filters(request: HttpRequest, *names: str) -> dict[str, str]:
+    return {name: request.GET.get(name, "").strip() for name in names}
+
+
+def prompt_list(request: HttpRequest) -> HttpResponse:
+    filters = _offer_filters(request, "q", "server", "status")
+    prompts = Prompt.objects.all()
+    if filters["q"]:
+        prompts = prompts.filter(_search(filters["q"], "exposed_name", "original_name", "title", "description"))
+    if filters["server"]:
+        prompts = prompts.filter(server__name=filters["server"])
+    if filters["status"]:
+        prompts = prompts.filter(status=filters["status"])
+    counts = prompts.aggregate(total=Count("id"), quarantined=Count("id", filter=Q(status=Offer.QUARANTINED)))
+    rows = prompts.select_related("server").only(
+        "exposed_name", "title", "description", "status", "quarantine_reason", "server__name", "server__stale"
+    )
+    context = _list_page(request, rows, counts, filters)
+    template = "catalog/_prompt_rows.html" if _fragment(request) else "catalog/prompts.html"
+    return render(request, template, context)
+
+
+def template_list(request: HttpRequest) -> HttpResponse:
+    filters = _offer_filters(request, "q", "server", "status")
+    templates = ResourceTemplate.objects.all()
+    if filters["q"]:
+        templates = templates.filter(_search(filters["q"], "uri_template", "name", "title", "description"))
+    if filters["server"]:
+        templates = templates.filter(server__name=filters["server"])
+    if filters["status"]:
+        templates = templates.filter(status=filters["status"])
+    counts = templates.aggregate(total=Count("id"), quarantined=Count("id", filter=Q(status=Offer.QUARANTINED)))
+    rows = templates.select_related("server").only(
+        "uri_template",
+        "name",
+        "title",
+        "description",
+        "mime_type",
+        "status",
+        "quarantine_reason",
+        "server__name",
+        "server__stale",
+    )
+    context = _list_page(request, rows, counts, filters)
+    for row in context["rows"]:
+        row.shown_uri = clean_text(row.uri_template, 2000)
+    template = "catalog/_template_rows.html" if _fragment(request) else "catalog/templates.html"
+    return render(request, template, context)
+
+
+def resource_list(request: HttpRequest) -> HttpResponse:
+    filters = _offer_filters(request, "q", "server", "mime")
+    resources = Resource.objects.all()
+    if filters["q"]:
+        resources = resources.filter(_search(filters["q"], "uri", "name", "title", "description"))
+    if filters["server"]:
+        resources = resources.filter(server__name=filters["server"])
+    if filters["mime"]:
+        resources = resources.filter(mime_type=filters["mime"])
+    counts = resources.aggregate(total=Count("id"))
+    rows = resources.select_related("server").only(
+        "uri", "name", "title", "description", "mime_type", "size", "server__name", "server__stale"
+    )
+    context = _list_page(request, rows, counts, filters)
+    for row in context["rows"]:
+        row.shown_uri = clean_text(row.uri, 2000)
+    # The types to filter by (the first 100: a listing's types are few).
+    context["mime_types"] = (
+        Resource.objects.exclude(mime_type="")
+        .order_by("mime_type")
+        .values_list("mime_type", flat=True)
+        .distinct()[:100]
+    )
+    template = "catalog/_resource_rows.html" if _fragment(request) else "catalog/resources.html"
+    return render(request, template, context)
+
+
+def _accept(request: HttpRequest, offer: Offer, label: str, url: str) -> HttpResponse:
+    if request.POST.get("definition_hash") != offer.definition_hash:
+        messages.error(request, f"{label} changed again while you were reviewing it; review the new definition.")
+    else:
+        accept_offer(offer, request.user)
+        messages.success(request, f"Accepted {label}; it can be used now.")
+    return redirect(url)
+
+
+def prompt_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
+    """A prompt: its definition, its review while quarantined, and a form that fills it in
+    (a read on record) and shows the messages the server makes of it."""
+    prompt = get_object_or_404(Prompt.objects.select_related("server", "accepted_by"), exposed_name=exposed_name)
+    form = PromptArgumentsForm(prompt, request.POST if request.method == "POST" else None)
+    context: dict[str, Any] = {}
+    status = 200
+    if request.method == "POST":
+        valid = form.is_valid()
+        if not valid and prompt.status != Offer.ACTIVE:
+            # The form is the unreviewed definition's: whatever it says, the prompt is refused.
+            context, status = (
+                {"read_error": f"{prompt.exposed_name} is quarantined: a person must review it first"},
+                403,
+            )
+        elif valid:
+            try:
+                outcome = reads.get_prompt(prompt, form.arguments(), Requester.for_user(request.user))
+            except reads.ReadError as exc:
+                context, status = {"read_error": exc.message, "read": exc.read}, exc.status
+            else:
+                context = {"read": outcome.read, "was_read": True}
+                if outcome.failure is not None:
+                    context["read_failure"] = clean_text(outcome.failure.message, 2000)
+                else:
+                    context["prompt_messages"] = _prompt_messages(outcome.result, prompt.server)
+                    context["result_description"] = clean_text((outcome.result or {}).get("description"))
+        else:
+            status = 400
+    context.update(
+        {
+            "prompt": prompt,
+            "display_name": clean_text(prompt.display_name, 200),
+            "form": form,
+            "arguments": _argument_rows(prompt),
+            "original_name": clean_text(prompt.original_name, 512),
+            "definition_json": _shown_json(prompt.definition),
+            "review": offer_review(prompt) if prompt.status == Offer.QUARANTINED else None,
+            "can_review": request.user.has_perm("catalog.review_tool"),
+        }
+    )
+    return render(request, "catalog/prompt.html", context, status=status)
+
+
+@require_POST
+@permission_required("catalog.review_tool", raise_exception=True)
+def prompt_accept(request: HttpRequest, exposed_name: str) -> HttpResponse:
+    prompt = get_object_or_404(Prompt.objects.select_related("server"), exposed_name=exposed_name)
+    return _accept(request, prompt, prompt.exposed_name, reverse("prompt", args=[exposed_name]))
+
+
+def resource_detail(request: HttpRequest, object_id: int) -> HttpResponse:
+    """A resource the server lists, and (by POST) a read of it: shown, or one part downloaded."""
+    resource = get_object_or_404(Resource.objects.select_related("server"), pk=object_id)
+    context: dict[str, Any] = {}
+    status = 200
+    if request.method == "POST":
+        context, status, download = _read(request, resource.server, resource.uri)
+        if download is not None:
+            return download
+    context.update(
+        {
+            "resource": resource,
+            "shown_uri": clean_text(resource.uri, 2000),
+            "definition_json": _shown_json(resource.definition),
+        }
+    )
+    return render(request, "catalog/resource.html", context, status=status)
+
+
+def template_detail(request: HttpRequest, object_id: int) -> HttpResponse:
+    """A resource template: its definition, its review while quarantined, and a form of its
+    variables whose URI, expanded, is read (on record) and shown."""
+    template = get_object_or_404(ResourceTemplate.objects.select_related("server", "accepted_by"), pk=object_id)
+    try:
+        parsed: UriTemplate | None = UriTemplate.parse(template.uri_template)
+        parse_error = ""
+    except InvalidUriTemplate as exc:
+        parsed, parse_error = None, clean_text(str(exc), 300)
+    bound = request.POST if request.method == "POST" else None
+    form = TemplateVariablesForm(parsed, bound) if parsed is not None else None
+    context: dict[str, Any] = {}
+    status = 200
+    if request.method == "POST":
+        if template.status != Offer.ACTIVE:
+            # reads.py knows no templates: the quarantine is checked here, before any read.
+            context, status = {"read_error": "This template is quarantined: a person must review it first."}, 403
+        elif form is None or not form.is_valid():
+            status = 400
+        else:
+            context, status, download = _read(request, template.server, form.uri())
+            if download is not None:
+                return download
+    context.update(
+        {
+            "template": template,
+            "form": form,
+            "parse_error": parse_error,
+            "shown_uri": clean_text(template.uri_template, 2000),
+            "definition_json": _shown_json(template.definition),
+            "review": offer_review(template) if template.status == Offer.QUARANTINED else None,
+            "can_review": request.user.has_perm("catalog.review_tool"),
+        }
+    )
+    return render(request, "catalog/template.html", context, status=status)
+
+
+@require_POST
+@permission_required("catalog.review_tool", raise_exception=True)
+def template_accept(request: HttpRequest, object_id: int) -> HttpResponse:
+    template = get_object_or_404(ResourceTemplate.objects.select_related("server"), pk=object_id)
+    return _accept(
+        request, template, clean_text(template.uri_template, 2000), reverse("resource_template", args=[object_id])
+    )
