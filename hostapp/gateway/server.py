@@ -41,6 +41,7 @@ from mcp.server import Server
 from mcp.server.caching import CacheHint
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -283,7 +284,28 @@ class Gateway:
             on_progress=lambda progress, total, message: hop(session.report_progress(progress, total, message)),
             on_log=on_log,
             log_level=level if level in LOG_LEVELS else "",
+            on_sample=self._sampler(ctx, loop),
         )
+
+    @staticmethod
+    def _sampler(ctx: Any, loop: asyncio.AbstractEventLoop) -> Any:
+        """How a server's sampling request during the call reaches the agent's client: on
+        its 2025-era session, if its client declared sampling (the host runs no model); None
+        (refused, hostapp/mcp/connection.py says why) otherwise. A 2026-07-28 client is
+        asked through an input request of the call's result, which the host does not make yet."""
+        session = ctx.session
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or session is None:
+            return None
+        if not session.check_client_capability(types.ClientCapabilities(sampling=types.SamplingCapability())):
+            return None
+        related = ServerMessageMetadata(related_request_id=ctx.request_id)
+
+        async def sample(params: types.CreateMessageRequestParams) -> Any:
+            kind = types.CreateMessageResultWithTools if params.tools else types.CreateMessageResult
+            asked = session.send_request(types.CreateMessageRequest(params=params), kind, metadata=related)
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asked, loop))
+
+        return sample
 
     async def listen(self, ctx: Any, params: Any) -> Any:
         """`subscriptions/listen` (2026-07-28): the SDK's handler, its stream kept as the agent's;

@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,17 @@ _UNKNOWN_TOOL_RE = re.compile(r"\b(unknown tool|tool\b.{0,80}\bnot found|no such
 
 ProgressFn = Callable[[float, float | None, str | None], Any]
 LogFn = Callable[[dict[str, Any]], Any]
+SampleFn = Callable[[types.CreateMessageRequestParams], Awaitable[Any]]
+
+# The watch of the tool call this task runs (a 2026-07-28 server's request for input is
+# answered inside the call's own task); CallWatch says how the others are found.
+_current_watch: ContextVar[CallWatch | None] = ContextVar("patchbay_call_watch", default=None)
+
+NO_SAMPLING = (
+    "sampling is not available through this host: it runs no model of its own, and passes a "
+    "server's sampling request only to the agent whose call it is, when that agent's client "
+    "declared sampling"
+)
 
 # The protocol's log levels, least severe first.
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
@@ -59,14 +71,19 @@ class CallWatch:
     """What the caller of a tool hears while the call runs: the server's progress, and its
     log messages at `log_level` or above (none when it is empty).
 
-    A server's `notifications/message` names no request. A log message is passed on only
-    while its watch's call is the only one in flight on the connection: with two, it could
-    be either's, and passing it on could tell one caller of another's call.
+    `on_sample` answers a server's sampling request made during the call (None: refused).
+
+    A server's `notifications/message`, and a 2025-era server's request, names no call. Such
+    a message or request is taken as the call's only while it is the only one in flight on
+    the connection: with two, it could be either's, and passing it on could tell one caller
+    of another's call (a request is then refused; a 2026-07-28 server's requests come
+    within the call itself, and are always the call's).
     """
 
     on_progress: ProgressFn | None = None
     on_log: LogFn | None = None
     log_level: str = ""
+    on_sample: SampleFn | None = None
 
     def hears(self, level: str) -> bool:
         if self.on_log is None or self.log_level not in LOG_LEVELS:
@@ -213,6 +230,7 @@ class Connection:
             mode="auto",
             client_info=types.Implementation(name=CLIENT_NAME, version=CLIENT_VERSION),
             message_handler=self._on_message,
+            sampling_callback=self._sample,
             cache=None,
             # The default per-request limit; calls pass their own. It bounds the
             # `server/discover` probe too: a server that never answers it is treated
@@ -335,11 +353,29 @@ class Connection:
         elif method == "notifications/resources/updated" and self._on_resource_updated is not None:
             await self._on_resource_updated(message.params.uri)
 
+    def _watch_of_request(self) -> CallWatch | None:
+        """The watch of the call a server's message or request belongs to (CallWatch)."""
+        watch = _current_watch.get()
+        if watch is not None:
+            return watch
+        return self._in_flight[0] if len(self._in_flight) == 1 else None
+
+    async def _sample(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        """A server's `sampling/createMessage`, to the agent whose call it is (CallWatch)."""
+        watch = self._watch_of_request()
+        if watch is None or watch.on_sample is None:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=NO_SAMPLING)
+        try:
+            return await watch.on_sample(params)
+        except MCPError as exc:
+            return exc.error
+        except Exception as exc:  # boundary: the server is answered, whatever went wrong
+            logger.info("%s: a sampling request could not be passed on: %r", self.config.name, exc)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the agent could not be asked: {exc}")
+
     async def _pass_log(self, params: types.LoggingMessageNotificationParams) -> None:
         """A server's log message, to the watch of the one call in flight (CallWatch)."""
-        if len(self._in_flight) != 1:
-            return
-        watch = self._in_flight[0]
+        watch = self._watch_of_request()
         if watch is None or not watch.hears(params.level) or watch.on_log is None:
             return
         entry = {"level": params.level, "logger": params.logger, "data": params.data}
@@ -535,6 +571,7 @@ class Connection:
         if watch is not None and watch.on_log is not None and watch.log_level in LOG_LEVELS:
             meta = await self._ask_logs(client, watch.log_level, meta)
         self._in_flight.append(watch)
+        token = _current_watch.set(watch)
         try:
             result = await self._request(
                 lambda: client.call_tool(
@@ -547,6 +584,7 @@ class Connection:
                 timeout=limit,
             )
         finally:
+            _current_watch.reset(token)
             self._in_flight.remove(watch)
         return _dump(result)
 

@@ -62,14 +62,14 @@ def offers_host(gateway_hosts: _Hosts, everything_url: str, tmp_path_factory: py
     config.write_text(json.dumps({"mcpServers": servers}))
     host.mcp("import", str(config), "--refresh")
     wait_until(lambda: len(_rows(host, "SELECT exposed_name FROM catalog_prompt WHERE status = 'active'")) == 8)
-    # An admin's class override: the tool that switches server-everything's simulated updates
-    # on must run in the web process, whose connection holds the subscriptions.
+    # An admin's class override: these tools must run in the web process, the one that
+    # holds the subscriptions and the agent's session (a write would be a worker's).
     host.manage(
         "shell",
         "-c",
         "from hostapp.catalog import actions; from hostapp.catalog.models import Tool; "
-        "[actions.set_class_override(Tool.objects.get(exposed_name=f'{s}__toggle-subscriber-updates'), 'read_only')"
-        " for s in ('everything', 'web')]",
+        "[actions.set_class_override(Tool.objects.get(exposed_name=f'{s}__{t}'), 'read_only')"
+        " for s in ('everything', 'web') for t in ('toggle-subscriber-updates', 'trigger-sampling-request')]",
     )
     for name, args in TOKENS.items():
         extra = ["--tools", "everything__simple-*"] if name == "simple" else []
@@ -314,3 +314,36 @@ def test_a_listen_stream_naming_a_resource_hears_its_updates(offers_host: Gatewa
             return heard
 
     assert asyncio.run(scenario()) == [uri]
+
+
+# -- sampling -----------------------------------------------------------------------------------
+
+
+def test_a_servers_sampling_request_reaches_the_agent_that_declared_sampling(offers_host: GatewayHost) -> None:
+    asked: list[types.CreateMessageRequestParams] = []
+
+    async def sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="forty-two"), model="agent-model"
+        )
+
+    async def scenario() -> types.CallToolResult:
+        async with agent(offers_host, "all", "legacy", sampling_callback=sample) as client:
+            return await client.call_tool("everything__trigger-sampling-request", {"prompt": "the answer?"})
+
+    result = asyncio.run(scenario())
+    assert not result.is_error, result
+    assert "forty-two" in result.content[0].text and "agent-model" in result.content[0].text  # type: ignore[union-attr]
+    assert len(asked) == 1 and "the answer?" in asked[0].messages[0].content.text  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_without_sampling_the_server_is_refused_with_a_clear_error(offers_host: GatewayHost, mode: str) -> None:
+    async def scenario() -> types.CallToolResult:
+        async with agent(offers_host, "all", mode) as client:
+            return await client.call_tool("web__trigger-sampling-request", {"prompt": "hello"})
+
+    result = asyncio.run(scenario())
+    assert result.is_error
+    assert "runs no model" in result.content[0].text, result  # type: ignore[union-attr]

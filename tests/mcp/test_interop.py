@@ -51,7 +51,8 @@ LOOPBACK_PRELOAD = (
     '&&typeof a[1]!=="string")a.splice(1,0,"127.0.0.1");return o.apply(this,a)};'
 )
 
-# What server-everything lists to a client that declares no sampling, roots or elicitation.
+# What server-everything lists to a client that declares sampling (as the host does: it
+# passes a server's sampling request to the agent whose call it is) but no roots or elicitation.
 EVERYTHING_TOOLS = [
     "echo",
     "get-annotated-message",
@@ -65,6 +66,7 @@ EVERYTHING_TOOLS = [
     "toggle-simulated-logging",
     "toggle-subscriber-updates",
     "trigger-long-running-operation",
+    "trigger-sampling-request",
     "simulate-research-query",
 ]
 
