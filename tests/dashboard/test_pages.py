@@ -4,7 +4,9 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.messages.storage.cookie import CookieStorage
+from django.contrib.messages.middleware import MessageMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
@@ -81,7 +83,8 @@ def test_a_missing_page_is_a_branded_404_with_the_navigation(client: Client, pla
 def test_an_error_is_a_branded_500_with_the_navigation_when_it_can_be_had(rf: Any, plain_user: Any) -> None:
     request = rf.get("/calls/")
     request.user = plain_user
-    request._messages = CookieStorage(request)
+    for middleware in (SessionMiddleware, MessageMiddleware):  # as a request through the stack has them
+        middleware(lambda r: HttpResponse()).process_request(request)
     response = server_error(request)
     assert response.status_code == 500
     page = response.content.decode()
