@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from hostapp.catalog.models import Tool
-from hostapp.catalog.pool import current_pool, pool_for
+from hostapp.catalog.pool import apool_for, pool_for
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import CallWatch, McpFailure, result_failure
 
@@ -211,7 +211,7 @@ async def arun_now(call: Call, watch: CallWatch | None = None) -> Call:
     `watch` hears the server's progress and log messages meanwhile."""
     tool = call.tool
     assert tool is not None
-    pool = current_pool(tool.server) or await sync_to_async(pool_for, thread_sensitive=False)(tool.server)
+    pool = await apool_for(tool.server)
     started = time.perf_counter()
     result: dict[str, Any] | None = None
     failure: McpFailure | None

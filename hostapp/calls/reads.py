@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from hostapp.catalog.models import Prompt, Server
-from hostapp.catalog.pool import current_pool, pool_for
+from hostapp.catalog.pool import apool_for, pool_for
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import McpFailure
 
@@ -221,7 +221,7 @@ async def aread_resource(server: Server, uri: Any, requester: Requester) -> Read
     """:func:`read_resource` for async callers (the agents' endpoint): no thread waits on the server."""
     uri = _uri(uri)
     row = await sync_to_async(_check, thread_sensitive=False)(Read.RESOURCE, server, uri, requester, {}, None)
-    pool = current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
+    pool = await apool_for(server)
     started = time.perf_counter()
     try:
         result, failure = await pool.aread_resource(server.name, uri), None
@@ -237,7 +237,7 @@ async def aget_prompt(prompt: Prompt, arguments: Any, requester: Requester) -> R
         Read.PROMPT, prompt.server, prompt.exposed_name, requester, checked, prompt
     )
     server = prompt.server
-    pool = current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
+    pool = await apool_for(server)
     started = time.perf_counter()
     try:
         result, failure = await pool.aget_prompt(server.name, prompt.original_name, checked), None

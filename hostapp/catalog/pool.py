@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 # Imported first so that its exit handler, registered on import, runs after `close_pool`
@@ -121,6 +122,12 @@ def current_pool(server: Server) -> Pool | None:
     if pool is not None and not pool.closed and _versions.get(server.name) == server.config_changed_at:
         return pool
     return None
+
+
+async def apool_for(server: Server) -> Pool:
+    """:func:`pool_for` for async callers: at once when the pool already runs this server's
+    configuration (`current_pool`), else read and configured on a thread."""
+    return current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
 
 
 def sync(servers: Iterable[Server]) -> Pool:

@@ -49,7 +49,7 @@ from hostapp.calls import actions as calls
 from hostapp.calls import life, reads
 from hostapp.calls.models import Call
 from hostapp.calls.policy import Decision
-from hostapp.catalog.pool import current_pool, pool_for
+from hostapp.catalog.pool import apool_for, current_pool
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import LOG_LEVELS, CallWatch, McpFailure, Pool, errors, result_failure
 
@@ -316,17 +316,13 @@ class Gateway:
         notifications = params.notifications
         wanted = (notifications.resource_subscriptions or []) if notifications is not None else []
         subscribed = []
-        catalog = await self.catalog.get()
         token = current_agent.set(agent)
         try:
             for uri in wanted[:100]:
                 try:
-                    server, own = catalog.offers.route(agent, uri)
-                except LookupError:
+                    subscribed.append(await self._subscribe(agent, uri, key))
+                except MCPError:
                     continue  # not this agent's to hear of
-                pool = current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
-                await self.updates.add(pool, server.name, own, key, Subscriber(agent.pk, uri))
-                subscribed.append((server.name, own))
             return await self._listen(ctx, params)
         finally:
             current_agent.reset(token)
@@ -339,9 +335,7 @@ class Gateway:
         session_id = self._session_id(ctx)
         if not session_id:
             raise MCPError(INVALID_PARAMS, "resources/subscribe needs a session (Mcp-Session-Id)")
-        server, own = await self._subscribed_resource(agent, params.uri)
-        pool = current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
-        await self.updates.add(pool, server.name, own, session_id, Subscriber(agent.pk, params.uri, ctx.session))
+        await self._subscribe(agent, params.uri, session_id, ctx.session)
         return types.EmptyResult()
 
     async def unsubscribe_resource(self, ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
@@ -349,6 +343,14 @@ class Gateway:
         server, own = await self._subscribed_resource(agent, params.uri)
         await self.updates.remove(server.name, own, self._session_id(ctx) or "")
         return types.EmptyResult()
+
+    async def _subscribe(self, agent: AgentInfo, uri: str, key: object, session: Any = None) -> tuple[str, str]:
+        """`agent` hears of updates to the resource it calls `uri` (updates.py), under `key`;
+        (server, the server's URI), or MCPError when it names none of its view's."""
+        server, own = await self._subscribed_resource(agent, uri)
+        pool = await apool_for(server)
+        await self.updates.add(pool, server.name, own, key, Subscriber(agent.pk, uri, session))
+        return server.name, own
 
     async def _subscribed_resource(self, agent: AgentInfo, uri: str) -> tuple[Any, str]:
         catalog = await self.catalog.get()
@@ -428,7 +430,7 @@ class Gateway:
                 raise MCPError(INVALID_PARAMS, str(exc)) from None
             upstream = {"type": "ref/resource", "uri": uri}
         context = params.context.arguments if params.context is not None else None
-        pool = current_pool(server) or await sync_to_async(pool_for, thread_sensitive=False)(server)
+        pool = await apool_for(server)
         try:
             result = await pool.acomplete(
                 server.name, upstream, {"name": params.argument.name, "value": params.argument.value}, context
