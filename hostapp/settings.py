@@ -420,6 +420,9 @@ LOGGING = {
 
 # How long a call to a destructive tool waits for a person before it expires.
 PATCHBAY_APPROVAL_TTL = env_int("PATCHBAY_APPROVAL_TTL", 15 * 60, minimum=10)
+# How long a server's request for input during a call (elicitation) waits for an answer
+# (seconds); then the host answers "cancel" and the call ends as the server says.
+PATCHBAY_INPUT_WAIT = env_int("PATCHBAY_INPUT_WAIT", 10 * 60, minimum=5)
 # A suggestion for an approver that takes longer than this (milliseconds) says "ask".
 PATCHBAY_SUGGEST_LIMIT = env_int("PATCHBAY_SUGGEST_LIMIT_MS", 250, minimum=1) / 1000
 # Where an admin lets the host act on suggestions, a destructive tool's calls are decided

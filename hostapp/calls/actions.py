@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,7 +23,7 @@ from hostapp.catalog.pool import apool_for, pool_for
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import CallWatch, McpFailure, result_failure
 
-from . import life, notify
+from . import inputs, life, notify
 from .models import Call, Rule
 from .policy import Decision, decide
 from .suggest import ALLOW, BLOCK, suggest
@@ -156,7 +157,7 @@ def start_call(tool_name: str, arguments: Any, requester: Requester, *, run: boo
         fields["suggestion"] = suggest(Call(**fields)).as_json()
     call = life.open_call({**fields, "submit_key": submit_key[:64]} if submit_key else fields, tool=tool)
     if decision.kind == Call.RUN and run:
-        run_now(call, tool)
+        call = run_now(call, tool)
     elif call.status == Call.WAITING:
         decided, tried = _act_on_suggestion(call)
         if decided is not None:
@@ -196,22 +197,45 @@ def _act_on_suggestion(call: Call) -> tuple[Call | None, bool]:
 
 
 def run_now(call: Call, tool: Tool) -> Call:
-    """Deliver a call from this process, at once (read-only tools)."""
+    """Deliver a call from this process, at once (read-only tools). Returns once it has
+    finished, or as soon as its server asks a person for input: the call then goes on in
+    this process's pool, waits for the answer there (`inputs`) and is finished there."""
     pool = pool_for(tool.server)
-    started = time.perf_counter()
-    try:
-        result = pool.call_tool(tool.server.name, call.original_name, call.arguments)
-    except McpFailure as failure:
-        return life.finish(call, None, failure, time.perf_counter() - started)
-    return life.finish(call, result, result_failure(result, call.original_name), time.perf_counter() - started)
+    call.tool = tool
+    settled = threading.Event()
+    watch = CallWatch(on_elicit=inputs.person_answers(_known(call.pk), on_open=lambda row: settled.set()))
+    running = pool.spawn(arun_now(call, watch))
+    running.add_done_callback(lambda _: settled.set())
+    settled.wait()
+    if running.done():
+        return running.result()
+    return Call.objects.get(pk=call.pk)  # `call` is the running call's own from now on
+
+
+def _known(call_id: int) -> Any:
+    """`inputs.person_answers`'s `call_of` for a call already written."""
+
+    async def call_of() -> int:
+        return call_id
+
+    return call_of
+
+
+def person_watch(call_id: int, **hooks: Any) -> CallWatch:
+    """What a call nobody else listens to hears: its server's requests for input go to a
+    person (`inputs.person_answers`, with its `on_open` and `waiting` hooks)."""
+    return CallWatch(on_elicit=inputs.person_answers(_known(call_id), **hooks))
 
 
 async def arun_now(call: Call, watch: CallWatch | None = None) -> Call:
     """:func:`run_now` for async callers: the upstream call is awaited, no thread waits on it;
-    `watch` hears the server's progress and log messages meanwhile."""
+    `watch` hears the server's progress and log messages meanwhile (and its requests for
+    input: a person answers them when `watch` is None)."""
     tool = call.tool
     assert tool is not None
     pool = await apool_for(tool.server)
+    if watch is None:
+        watch = person_watch(call.pk)
     started = time.perf_counter()
     result: dict[str, Any] | None = None
     failure: McpFailure | None

@@ -17,7 +17,9 @@ waiting         queued (approved), denied (or approved, but void since), expired
                 blocked (approved, but the policy refuses it now)
 queued          running (a worker took it), failed (discarded), dead (a dead letter)
 running         succeeded, failed, dead (its delivery is a dead letter), unknown (the
-                outcome is not known), queued (a retry)
+                outcome is not known), queued (a retry), input (its server asks for
+                input: `hostapp.calls.inputs`)
+input           running (answered, or no longer waited for)
 denied          waiting (reopened: a person reverses a denial the host made on its
                 suggestion; `hostapp.calls.actions.reopen` checks which)
 dead            queued (redriven), failed (discarded)
@@ -62,7 +64,8 @@ MOVES: dict[str | None, frozenset[str]] = {
     NEW: frozenset({Call.WAITING, Call.QUEUED, Call.RUNNING, Call.BLOCKED}),
     Call.WAITING: frozenset({Call.QUEUED, Call.DENIED, Call.EXPIRED, Call.BLOCKED}),
     Call.QUEUED: frozenset({Call.RUNNING, Call.FAILED, Call.DEAD}),
-    Call.RUNNING: frozenset({Call.SUCCEEDED, Call.FAILED, Call.DEAD, Call.UNKNOWN, Call.QUEUED}),
+    Call.RUNNING: frozenset({Call.SUCCEEDED, Call.FAILED, Call.DEAD, Call.UNKNOWN, Call.QUEUED, Call.INPUT}),
+    Call.INPUT: frozenset({Call.RUNNING}),
     Call.DEAD: frozenset({Call.QUEUED, Call.FAILED}),
     Call.FAILED: frozenset({Call.QUEUED, Call.FAILED}),
     Call.UNKNOWN: frozenset({Call.QUEUED, Call.SUCCEEDED, Call.FAILED}),

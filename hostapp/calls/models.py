@@ -39,6 +39,7 @@ class Call(models.Model):
 
     # Statuses
     WAITING = "waiting"  # for a person to approve
+    INPUT = "input"  # running, and its server waits for input (an InputRequest)
     QUEUED = "queued"  # in the outbox
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -52,6 +53,7 @@ class Call(models.Model):
         (WAITING, "waiting for approval"),
         (QUEUED, "queued"),
         (RUNNING, "running"),
+        (INPUT, "waiting for input"),
         (SUCCEEDED, "succeeded"),
         (FAILED, "failed"),
         (DEAD, "dead letter"),
@@ -222,6 +224,12 @@ class CallEvent(models.Model):
         "rule_created": "rule created",
         "rule_kept": "rule kept",
         "queued": "queued",
+        "input_requested": "asked for input",
+        "input_answered": "input given",
+        "input_declined": "input declined",
+        "input_cancelled": "input cancelled",
+        "input_expired": "input not given in time",
+        "input_withdrawn": "input no longer needed",
     }
 
     def __str__(self) -> str:
@@ -348,3 +356,90 @@ class Read(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.target} by {self.requester_name}"
+
+
+class InputRequest(models.Model):
+    """A server's request for input in the middle of a call (`elicitation/create` in the 2025
+    era, an `input_required` result's request in 2026-07-28), and its answer: written by
+    `hostapp.calls.inputs` only.
+
+    What the server sent (message, schema, URL) is untrusted: sanitized and capped when it is
+    written, escaped when shown. The answer is part of the call's record: shown only to whoever
+    may answer it (the call's requester, approvers), never logged.
+    """
+
+    FORM, URL = "form", "url"
+    MODES = [(FORM, "form"), (URL, "open a URL")]
+    OPEN = "open"
+    ACCEPTED, DECLINED, CANCELLED = "accept", "decline", "cancel"
+    EXPIRED, WITHDRAWN = "expired", "withdrawn"
+    STATUSES = [
+        (OPEN, "waiting for an answer"),
+        (ACCEPTED, "answered"),
+        (DECLINED, "declined"),
+        (CANCELLED, "cancelled"),
+        (EXPIRED, "not answered in time"),
+        (WITHDRAWN, "no longer needed"),
+    ]
+    ANSWERS = (ACCEPTED, DECLINED, CANCELLED)
+    # Who answered: a person in the browser, the CLI or the API; the agent's own client; the host.
+    PERSON, AGENT, HOST = "person", "agent", "host"
+    ANSWERERS = [(PERSON, "a person"), (AGENT, "the agent's client"), (HOST, "the host")]
+
+    call = models.ForeignKey(Call, on_delete=models.CASCADE, related_name="inputs")
+    server_name = models.CharField(max_length=32)
+    mode = models.CharField(max_length=4, choices=MODES, default=FORM)
+    message = models.TextField()
+    requested_schema = models.JSONField(null=True, blank=True)
+    url = models.TextField(blank=True)
+    elicitation_id = models.CharField(max_length=200, blank=True)
+    # The request's key in a 2026-07-28 `inputRequests` ("": a 2025-era request), and its round.
+    key = models.CharField(max_length=200, blank=True)
+    round = models.PositiveIntegerField(default=1)
+    # A form that asks for what looks like a password, a token or a key (shown with a warning).
+    sensitive = models.BooleanField(default=False)
+
+    status = models.CharField(max_length=10, choices=STATUSES, default=OPEN)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    content = models.JSONField(null=True, blank=True)
+    answered_via = models.CharField(max_length=8, choices=ANSWERERS, blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_by_name = models.CharField(max_length=150, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # The Input queue and the navigation badge: open requests, oldest first.
+            models.Index(fields=["status", "id"], name="input_status_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"input request #{self.pk} of call #{self.call_id} ({self.status})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == self.OPEN
+
+    def summary(self) -> dict[str, Any]:
+        """What the CLI's --json, the API and the Input queue say of it (never the answer)."""
+        return {
+            "id": self.pk,
+            "call_id": self.call_id,
+            "server": self.server_name,
+            "mode": self.mode,
+            "message": self.message,
+            "requested_schema": self.requested_schema,
+            "url": self.url or None,
+            "sensitive": self.sensitive,
+            "status": self.status,
+            "round": self.round,
+            "created_at": self.created_at.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
+            "answered_via": self.answered_via or None,
+            "answered_by": self.answered_by_name or None,
+            "answered_at": self.answered_at.isoformat() if self.answered_at else None,
+        }

@@ -29,9 +29,10 @@ LIVE_GROUP = "live"
 CATALOG_GROUP = "catalog"
 CATALOG_KINDS = ("catalog.changed", "server.changed", "policy.changed", "token.changed")
 # And calls' moves to this one: the agents' endpoint of every web process wakes the agents
-# that wait for a call (an approval given through another process, a delivery in a worker).
+# that wait for a call (an approval given through another process, a delivery in a worker),
+# and the calls that wait for a person's input (hostapp/calls/inputs.py).
 CALLS_GROUP = "calls"
-CALLS_KINDS = ("call.changed",)
+CALLS_KINDS = ("call.changed", "input.changed")
 
 logger = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 
+from hostapp.calls import inputs
 from hostapp.core.events import CALLS_GROUP, CATALOG_GROUP
 
 from .agent_view import AgentInfo
@@ -143,6 +144,8 @@ class GatewayApp:
                     kinds = {event.get("kind") for event in batch}
                     if "call.changed" in kinds:
                         self.gateway.calls_moved(batch)
+                    if "input.changed" in kinds:
+                        inputs.heard(batch)
                     if "policy.changed" in kinds:
                         self.gateway.forget_routes()
                         await self.gateway.catalog_changed()  # a blocked tool is no longer listed

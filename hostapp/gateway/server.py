@@ -46,12 +46,12 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from hostapp.calls import actions as calls
-from hostapp.calls import life, reads
+from hostapp.calls import inputs, life, reads
 from hostapp.calls.models import Call
 from hostapp.calls.policy import Decision
 from hostapp.catalog.pool import apool_for, current_pool
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import LOG_LEVELS, CallWatch, McpFailure, Pool, errors, result_failure
+from hostapp.mcp import LOG_LEVELS, CallWatch, InputAsk, InputRefused, McpFailure, Pool, errors, result_failure
 
 from .agent_catalog import Catalog, CatalogCache
 from .agent_offers import agent_content
@@ -81,6 +81,15 @@ REFUSED = -32000
 LOG_SESSIONS_MAX = 5000
 
 
+# What an agent waiting for its call is told the call is doing.
+_WAITING_FOR = {
+    Call.WAITING: "waiting for a person's approval",
+    Call.QUEUED: "being delivered",
+    Call.RUNNING: "being delivered",
+    Call.INPUT: "waiting for a person's input",
+}
+
+
 @dataclass(frozen=True)
 class Route:
     """What `start_call` read and decided for a read-only tool, and when (time.monotonic)."""
@@ -89,6 +98,25 @@ class Route:
     decision: Decision
     read_at: float
     schema: str  # its input schema, as hostapp.calls.actions.check_arguments takes it
+
+
+class _CallRef:
+    """The row of an agent's call, for a server's request for input during it: known once the
+    call is written; `ensure`, on the endpoint's loop, writes it first when it is not yet (a
+    read-only call sent before its row)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.call_id: int | None = None
+        self.ensure: Any = None
+
+    async def __call__(self) -> int:
+        if self.call_id is None and self.ensure is not None:
+            written = asyncio.run_coroutine_threadsafe(self.ensure(), self.loop)
+            self.call_id = await asyncio.wrap_future(written)
+        if self.call_id is None:
+            raise InputRefused("the call is not on record")
+        return self.call_id
 
 
 def _status_tool() -> types.Tool:
@@ -263,10 +291,11 @@ class Gateway:
                 del self._log_levels[next(iter(self._log_levels))]
         return types.EmptyResult()
 
-    def _watch(self, ctx: Any, params: types.CallToolRequestParams) -> CallWatch:
+    def _watch(self, ctx: Any, params: types.CallToolRequestParams, ref: _CallRef) -> CallWatch:
         """What the agent hears of its call while the server runs it: the server's progress
         (if the agent asked for progress) and its log messages (if the agent set a level:
-        in the request's `_meta` in 2026-07-28, with `logging/setLevel` in 2025)."""
+        in the request's `_meta` in 2026-07-28, with `logging/setLevel` in 2025); who answers
+        the server's requests for input (`_elicitor`)."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             level = (params.meta or {}).get(types.LOG_LEVEL_META_KEY)
         else:
@@ -285,7 +314,53 @@ class Gateway:
             on_log=on_log,
             log_level=level if level in LOG_LEVELS else "",
             on_sample=self._sampler(ctx, loop),
+            on_elicit=self._elicitor(ctx, loop, ref, hop),
         )
+
+    @staticmethod
+    def _elicitor(ctx: Any, loop: asyncio.AbstractEventLoop, ref: _CallRef, hop: Any) -> Any:
+        """Who answers a server's request for input during the agent's call: the agent's own
+        client, on its 2025-era session, when it declared elicitation in the mode asked for;
+        otherwise a person (hostapp/calls/inputs.py), while the agent hears progress. (A
+        2026-07-28 client would be asked through an input request of the call's result, with
+        the server's state sealed; the host does not make those yet.)"""
+        session = ctx.session
+
+        async def waiting(row: Any) -> None:  # on the pool's loop, beside the wait
+            ticks = 0
+            while True:
+                ticks += 1
+                text = f"Call #{row.call_id} waits for a person's input, asked by {row.server_name}"
+                hop(session.report_progress(ticks, None, text))
+                await asyncio.sleep(PROGRESS_EVERY)
+
+        person = inputs.person_answers(ref, waiting=waiting)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or session is None:
+            return person
+        declared = session.client_capabilities
+        elicitation = declared.elicitation if declared is not None else None
+        if elicitation is None:
+            return person
+        # An empty `elicitation` declares form mode (the 2025-06-18 shape).
+        modes = {
+            "form": elicitation.form is not None or elicitation.url is None,
+            "url": elicitation.url is not None,
+        }
+        related = ServerMessageMetadata(related_request_id=ctx.request_id)
+
+        async def ask_agent(params: dict[str, Any]) -> dict[str, Any]:
+            request = types.ElicitRequest.model_validate({"method": "elicitation/create", "params": params})
+            asked = session.send_request(request, types.ElicitResult, metadata=related)
+            result = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(asked, loop))
+            return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+        agent = inputs.agent_answers(ref, ask_agent)
+
+        async def on_elicit(ask: InputAsk) -> dict[str, Any]:
+            mode = ask.params.get("mode") or "form"
+            return await (agent if modes.get(mode) else person)(ask)
+
+        return on_elicit
 
     @staticmethod
     def _sampler(ctx: Any, loop: asyncio.AbstractEventLoop) -> Any:
@@ -502,9 +577,10 @@ class Gateway:
         # Outside the agent's view (or blocked): the ledger records the refusal, and to the
         # agent the tool does not exist.
         fresh = self._fresh_route(name, arguments) if entry.visible_to(agent) else None
-        watch = self._watch(ctx, params)
+        ref = _CallRef(asyncio.get_running_loop())
+        watch = self._watch(ctx, params, ref)
         if fresh is not None:
-            return await self._run_read_only(*fresh, requester, arguments, watch)
+            return await self._run_read_only(*fresh, requester, arguments, watch, ref)
         generation, read_at = self._routes_generation, time.monotonic()
         try:
             call = await sync_to_async(calls.start_call, thread_sensitive=False)(name, arguments, requester, run=False)
@@ -518,6 +594,7 @@ class Gateway:
             if generation == self._routes_generation:
                 decision = Decision(call.decision, call.decision_reason)
                 self.routes[name] = Route(call.tool, decision, read_at, calls.schema_key(call.tool.input_schema))
+            ref.call_id = call.pk
             call = await calls.arun_now(call, watch)
             return result_for(call, agent)
         return await self._await(ctx, call, agent)
@@ -534,24 +611,32 @@ class Gateway:
         return route, pool
 
     async def _run_read_only(
-        self, route: Route, pool: Pool, requester: Any, arguments: dict[str, Any], watch: CallWatch
+        self, route: Route, pool: Pool, requester: Any, arguments: dict[str, Any], watch: CallWatch, ref: _CallRef
     ) -> types.CallToolResult:
-        """Call the server, write the call, answer (see the module's doc)."""
+        """Call the server, write the call, answer (see the module's doc). A request for
+        input during the call writes it as running first (`ref`)."""
         tool = route.tool
         started_at, started = timezone.now(), time.perf_counter()
-        upstream = asyncio.ensure_future(pool.acall_tool(tool.server.name, tool.original_name, arguments, watch=watch))
         running: asyncio.Future[Call] | None = None
-        result: dict[str, Any] | None = None
-        failure: McpFailure | None = None
-        try:
-            done, _ = await asyncio.wait({upstream}, timeout=RUNNING_VISIBLE_AFTER)
-            if not done:
+
+        async def ensure_running() -> int:
+            nonlocal running
+            if running is None:
                 running = asyncio.ensure_future(
                     sync_to_async(calls.record_running, thread_sensitive=False)(
                         tool, route.decision, requester, arguments, started_at
                     )
                 )
-                await asyncio.shield(running)
+            return (await asyncio.shield(running)).pk
+
+        ref.ensure = ensure_running
+        upstream = asyncio.ensure_future(pool.acall_tool(tool.server.name, tool.original_name, arguments, watch=watch))
+        result: dict[str, Any] | None = None
+        failure: McpFailure | None = None
+        try:
+            done, _ = await asyncio.wait({upstream}, timeout=RUNNING_VISIBLE_AFTER)
+            if not done:
+                await ensure_running()
             try:
                 result = await upstream
                 failure = result_failure(result, tool.original_name)
@@ -639,14 +724,13 @@ class Gateway:
         self._waiting.setdefault(call.pk, set()).add(moved)
         moved.set()  # read it again at once: it may have moved before this wait was heard of
         try:
-            while call.status in (Call.WAITING, Call.QUEUED, Call.RUNNING):
+            while call.status in (Call.WAITING, Call.QUEUED, Call.RUNNING, Call.INPUT):
                 now = time.monotonic()
                 if now - started >= limit:
                     break
                 if now - last_progress >= PROGRESS_EVERY:
                     ticks += 1
-                    what = "waiting for a person's approval" if call.status == Call.WAITING else "being delivered"
-                    await ctx.session.report_progress(ticks, None, f"Call #{call.pk} is {what}")
+                    await ctx.session.report_progress(ticks, None, f"Call #{call.pk} is {_WAITING_FOR[call.status]}")
                     last_progress = now
                 wake = min(RECHECK, PROGRESS_EVERY - (now - last_progress), limit - (now - started))
                 with contextlib.suppress(TimeoutError):
@@ -656,6 +740,10 @@ class Gateway:
                 if status == Call.WAITING and call.status != Call.WAITING:
                     # Approved: the delivery gets its own time.
                     started, limit = time.monotonic(), settings.PATCHBAY_AGENT_WRITE_WAIT
+                if call.status == Call.INPUT and status != Call.INPUT:
+                    # Its server waits for a person's input: as long as the host lets it wait.
+                    started = time.monotonic()
+                    limit = settings.PATCHBAY_INPUT_WAIT + settings.PATCHBAY_AGENT_WRITE_WAIT
                 status = call.status
         finally:
             waiters = self._waiting.get(call.pk)

@@ -6,7 +6,7 @@ Plain configuration in, plain data out; nothing here imports Django.
 from __future__ import annotations
 
 from .config import ConfigError, ServerConfig, parse_document, parse_entry, render_document
-from .connection import LOG_LEVELS, CallWatch, result_failure
+from .connection import LOG_LEVELS, CallWatch, InputAsk, InputRefused, result_failure
 from .errors import McpFailure
 from .pool import Pool, PoolEvent, PoolPolicy, ServerStatus
 
@@ -14,6 +14,8 @@ __all__ = [
     "LOG_LEVELS",
     "CallWatch",
     "ConfigError",
+    "InputAsk",
+    "InputRefused",
     "McpFailure",
     "Pool",
     "PoolEvent",

@@ -51,15 +51,20 @@ _UNKNOWN_TOOL_RE = re.compile(r"\b(unknown tool|tool\b.{0,80}\bnot found|no such
 ProgressFn = Callable[[float, float | None, str | None], Any]
 LogFn = Callable[[dict[str, Any]], Any]
 SampleFn = Callable[[types.CreateMessageRequestParams], Awaitable[Any]]
+ElicitFn = Callable[["InputAsk"], Awaitable[dict[str, Any]]]
 
-# The watch of the tool call this task runs (a 2026-07-28 server's request for input is
-# answered inside the call's own task); CallWatch says how the others are found.
-_current_watch: ContextVar[CallWatch | None] = ContextVar("patchbay_call_watch", default=None)
+# The tool call this task runs (a 2026-07-28 server's request for input is answered inside
+# the call's own task); CallWatch says how the others are found.
+_current_flight: ContextVar[_Flight | None] = ContextVar("patchbay_call_flight", default=None)
 
 NO_SAMPLING = (
     "sampling is not available through this host: it runs no model of its own, and passes a "
     "server's sampling request only to the agent whose call it is, when that agent's client "
     "declared sampling"
+)
+NO_INPUT = (
+    "nobody can be asked for this input: the host passes a server's request for input only to "
+    "the person or agent whose call it is, and could not tell which call this request belongs to"
 )
 
 # The protocol's log levels, least severe first.
@@ -72,6 +77,9 @@ class CallWatch:
     log messages at `log_level` or above (none when it is empty).
 
     `on_sample` answers a server's sampling request made during the call (None: refused).
+    `on_elicit` answers its requests for input (elicitation; None: refused): it is given an
+    `InputAsk` and returns the `ElicitResult` as plain data ({"action", "content"?}). The
+    time it takes does not count against the call's timeout: a person is answering.
 
     A server's `notifications/message`, and a 2025-era server's request, names no call. Such
     a message or request is taken as the call's only while it is the only one in flight on
@@ -84,11 +92,63 @@ class CallWatch:
     on_log: LogFn | None = None
     log_level: str = ""
     on_sample: SampleFn | None = None
+    on_elicit: ElicitFn | None = None
 
     def hears(self, level: str) -> bool:
         if self.on_log is None or self.log_level not in LOG_LEVELS:
             return False
         return level in LOG_LEVELS and LOG_LEVELS.index(level) >= LOG_LEVELS.index(self.log_level)
+
+
+@dataclass(frozen=True)
+class InputAsk:
+    """A server's request for input during a call, as plain data: `params` are the
+    `ElicitRequestParams` on the wire ({"mode"?, "message", "requestedSchema" | "url",
+    "elicitationId"?}); `key` names it in a 2026-07-28 `inputRequests` ("" in 2025)."""
+
+    server: str
+    params: dict[str, Any]
+    era: str
+    key: str = ""
+
+
+class InputRefused(Exception):
+    """Raised by an `on_elicit` that will not ask anyone (what the server asks for cannot be
+    shown): the server is answered with this error (invalid params)."""
+
+
+@dataclass(eq=False)
+class _Flight:
+    """A tool call in flight on a connection: its watch, and the clock of its timeout, which
+    stops while a person is asked for input (`asking`)."""
+
+    watch: CallWatch | None
+    scope: anyio.CancelScope | None = None
+    remaining: float = 0.0
+    asking: int = 0
+    # The scopes of its requests for input still being answered (cancelled when it ends).
+    asks: set[anyio.CancelScope] = field(default_factory=set)
+    quiet: anyio.Event = field(default_factory=anyio.Event)
+
+    def pause(self) -> None:
+        if self.asking == 0 and self.scope is not None:
+            self.remaining = max(0.0, self.scope.deadline - anyio.current_time())
+            self.scope.deadline = math.inf
+        self.asking += 1
+
+    def resume(self) -> None:
+        self.asking -= 1
+        if self.asking == 0 and self.scope is not None:
+            self.scope.deadline = anyio.current_time() + self.remaining
+
+    async def settle(self) -> None:
+        """The call ended: its requests for input still open are given up (their answerers
+        clean up); wait a moment for them to."""
+        for scope in list(self.asks):
+            scope.cancel()
+        if self.asks:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.quiet.wait()
 
 
 async def _maybe_await(outcome: Any) -> None:
@@ -177,8 +237,8 @@ class Connection:
         self._on_resource_updated = on_resource_updated
         self._http: httpx2.AsyncClient | None = None
         self._connect_scope: anyio.CancelScope | None = None
-        # The watches of the tool calls in flight (None for a call nobody watches).
-        self._in_flight: list[CallWatch | None] = []
+        # The tool calls in flight.
+        self._in_flight: list[_Flight] = []
         # The level last asked of a 2025-era server with `logging/setLevel` (once a watch wants logs).
         self._upstream_level = ""
         # The resources subscribed to on this connection (2025 era: keep_subscribed).
@@ -231,6 +291,9 @@ class Connection:
             client_info=types.Implementation(name=CLIENT_NAME, version=CLIENT_VERSION),
             message_handler=self._on_message,
             sampling_callback=self._sample,
+            # Declares elicitation (form and url) to every server: its requests reach the
+            # person or agent whose call it is (CallWatch.on_elicit).
+            elicitation_callback=self._elicit,
             cache=None,
             # The default per-request limit; calls pass their own. It bounds the
             # `server/discover` probe too: a server that never answers it is treated
@@ -353,12 +416,56 @@ class Connection:
         elif method == "notifications/resources/updated" and self._on_resource_updated is not None:
             await self._on_resource_updated(message.params.uri)
 
-    def _watch_of_request(self) -> CallWatch | None:
-        """The watch of the call a server's message or request belongs to (CallWatch)."""
-        watch = _current_watch.get()
-        if watch is not None:
-            return watch
+    def _flight_of_request(self) -> _Flight | None:
+        """The call a server's message or request belongs to (CallWatch)."""
+        flight = _current_flight.get()
+        if flight is not None:
+            return flight
         return self._in_flight[0] if len(self._in_flight) == 1 else None
+
+    def _watch_of_request(self) -> CallWatch | None:
+        flight = self._flight_of_request()
+        return flight.watch if flight is not None else None
+
+    async def _elicit(self, context: Any, params: types.ElicitRequestParams) -> Any:
+        """A server's request for input (`elicitation/create`, or one of an `input_required`
+        result's requests), to whoever answers for the call it belongs to (CallWatch)."""
+        flight = self._flight_of_request()
+        watch = flight.watch if flight is not None else None
+        if flight is None or watch is None or watch.on_elicit is None:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=NO_INPUT)
+        modern = self.facts.era == "modern"
+        ask = InputAsk(
+            server=self.config.name,
+            params=_dump(params),
+            era=self.facts.era,
+            key=str(getattr(context, "request_id", "") or "") if modern else "",
+        )
+        flight.pause()
+        try:
+            with anyio.CancelScope() as scope:
+                flight.asks.add(scope)
+                try:
+                    answer = await watch.on_elicit(ask)
+                finally:
+                    flight.asks.discard(scope)
+                    if not flight.asks:
+                        flight.quiet.set()
+            if scope.cancelled_caught:
+                return types.ErrorData(code=types.INVALID_REQUEST, message="the call ended before the input was given")
+            return types.ElicitResult.model_validate(answer)
+        except InputRefused as exc:
+            return types.ErrorData(code=types.INVALID_PARAMS, message=str(exc))
+        except MCPError as exc:
+            return exc.error
+        except ValidationError as exc:
+            logger.warning("%s: an answer to a request for input was not valid: %s", self.config.name, exc)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message="the host could not form an answer")
+        except Exception as exc:  # boundary: the server is answered, whatever went wrong
+            logger.exception("%s: a request for input could not be answered", self.config.name)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the input could not be asked for: {exc}")
+        finally:
+            flight.resume()
 
     async def _sample(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
         """A server's `sampling/createMessage`, to the agent whose call it is (CallWatch)."""
@@ -570,22 +677,33 @@ class Connection:
 
         if watch is not None and watch.on_log is not None and watch.log_level in LOG_LEVELS:
             meta = await self._ask_logs(client, watch.log_level, meta)
-        self._in_flight.append(watch)
-        token = _current_watch.set(watch)
+        flight = _Flight(watch)
+        # A call whose server may ask a person for input keeps its own clock (_Flight), which
+        # stops while they answer; the SDK's would run on.
+        asks = watch is not None and watch.on_elicit is not None
+        self._in_flight.append(flight)
+        token = _current_flight.set(flight)
         try:
-            result = await self._request(
-                lambda: client.call_tool(
-                    name,
-                    arguments or {},
-                    read_timeout_seconds=limit,
-                    progress_callback=progress_callback,
-                    meta=meta,  # type: ignore[arg-type]
-                ),
-                timeout=limit,
-            )
+            with anyio.CancelScope(deadline=anyio.current_time() + limit if asks else math.inf) as scope:
+                flight.scope = scope
+                result = await self._request(
+                    lambda: client.call_tool(
+                        name,
+                        arguments or {},
+                        read_timeout_seconds=math.inf if asks else limit,
+                        progress_callback=progress_callback,
+                        meta=meta,  # type: ignore[arg-type]
+                    ),
+                    timeout=limit,
+                )
+            if scope.cancelled_caught:
+                raise self._fail_call(
+                    errors.ambiguous_error(f"no answer within {limit:g}s (cancelled)", reason="timeout")
+                )
         finally:
-            _current_watch.reset(token)
-            self._in_flight.remove(watch)
+            _current_flight.reset(token)
+            self._in_flight.remove(flight)
+            await flight.settle()
         return _dump(result)
 
     async def _ask_logs(self, client: Client, level: str, meta: dict[str, Any] | None) -> dict[str, Any] | None:

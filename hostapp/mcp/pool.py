@@ -214,6 +214,10 @@ class Pool:
             future.cancel()
             raise TimeoutError("the pool did not answer in time") from None
 
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start a coroutine on the pool's loop without waiting for it (it outlives the caller's wait)."""
+        return self._submit(coro)
+
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await a coroutine on the pool's loop from another event loop."""
         try:

@@ -35,7 +35,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from hostapp.calls import life
-from hostapp.calls.actions import expire_waiting
+from hostapp.calls.actions import expire_waiting, person_watch
 from hostapp.calls.models import Call
 from hostapp.catalog.actions import applied_annotations
 from hostapp.catalog.models import Server, Tool
@@ -70,6 +70,9 @@ WAKE_KEY = "patchbay:outbox:wake"
 WAKE_TTL_MS = 5000
 # After Redis failed to answer about the flag, wake without it for this long.
 _FLAG_QUIET_AFTER_FAILURE = 10.0
+# How many rounds of input a person may be asked for during one delivery, at most (the
+# SDK's own bound of a 2026-07-28 call's rounds).
+INPUT_ROUNDS = 10
 # The handshake allowance of the pool's servers (the host never changes it).
 _CONNECT_TIMEOUT = ServerConfig.connect_timeout  # the field's default (a dataclass's class attribute)
 
@@ -301,10 +304,24 @@ class _Send:
     tool: str
     arguments: dict[str, Any]
     key: str
+    action: int
+    call: int
 
 
-def _send_all(sends: list[_Send]) -> dict[int, tuple[Any, float]]:
-    """Make the requests concurrently through the pool: {index: (result or exception, seconds)}."""
+def _hold_lease(action_id: int, worker: str) -> Any:
+    """While its server waits for a person's input, the worker keeps the action's lease (until
+    the request for input expires, and a lease more): the sweeper must not take it back."""
+
+    def hold(row: Any) -> None:
+        until = row.expires_at + timedelta(seconds=settings.PATCHBAY_OUTBOX_LEASE)
+        Action.objects.filter(pk=action_id, status=Action.LEASED, leased_by=worker).update(lease_until=until)
+
+    return hold
+
+
+def _send_all(sends: list[_Send], worker: str) -> dict[int, tuple[Any, float]]:
+    """Make the requests concurrently through the pool: {index: (result or exception, seconds)}.
+    A server's request for input during one goes to a person (`hostapp.calls.inputs`)."""
     timeout = settings.PATCHBAY_OUTBOX_CALL_TIMEOUT
     out: dict[int, tuple[Any, float]] = {}
     pool: Any = None
@@ -327,7 +344,12 @@ def _send_all(sends: list[_Send]) -> dict[int, tuple[Any, float]]:
         started = time.perf_counter()
         try:
             result = await pool.acall_tool(
-                send.server.name, send.tool, send.arguments, timeout=timeout, meta={IDEMPOTENCY_META_KEY: send.key}
+                send.server.name,
+                send.tool,
+                send.arguments,
+                timeout=timeout,
+                meta={IDEMPOTENCY_META_KEY: send.key},
+                watch=person_watch(send.call, on_open=_hold_lease(send.action, worker)),
             )
         except Exception as exc:  # noqa: BLE001 - handed back as this request's outcome
             return exc, time.perf_counter() - started
@@ -338,8 +360,11 @@ def _send_all(sends: list[_Send]) -> dict[int, tuple[Any, float]]:
 
     started = time.perf_counter()
     try:
-        # What Pool.call_tool allows: each request has its own deadlines inside the pool.
-        answers = pool.run(every(), timeout=timeout + _CONNECT_TIMEOUT + 5)
+        # What Pool.call_tool allows (each request has its own deadlines inside the pool), and
+        # the rounds of input a person may be asked for meanwhile.
+        answers = pool.run(
+            every(), timeout=timeout + _CONNECT_TIMEOUT + 5 + settings.PATCHBAY_INPUT_WAIT * INPUT_ROUNDS
+        )
     except Exception as exc:  # noqa: BLE001 - the pool did not answer: each request's outcome
         answers = [(exc, time.perf_counter() - started)] * len(ready)
     for send, answer in zip(ready, answers, strict=True):
@@ -377,9 +402,9 @@ def deliver_claimed(batch: list[Action], worker: str) -> list[str]:
             outcomes[index] = (_classify(action, tool, failure), 0.0)
         else:
             arguments, key = _arguments(call, tool, action.idempotency_key)
-            sends.append(_Send(index, tool.server, call.original_name, arguments, key))
+            sends.append(_Send(index, tool.server, call.original_name, arguments, key, action.pk, call.pk))
     unexpected: list[Exception] = []
-    answers = _send_all(sends) if sends else {}
+    answers = _send_all(sends, worker) if sends else {}
     for index, (answer, seconds) in answers.items():
         action = batch[index]
         tool = tools[action.call.tool_name]

@@ -51,8 +51,9 @@ LOOPBACK_PRELOAD = (
     '&&typeof a[1]!=="string")a.splice(1,0,"127.0.0.1");return o.apply(this,a)};'
 )
 
-# What server-everything lists to a client that declares sampling (as the host does: it
-# passes a server's sampling request to the agent whose call it is) but no roots or elicitation.
+# What server-everything lists to a client that declares sampling and elicitation in both
+# modes (as the host does: it passes a server's sampling request to the agent whose call it
+# is, and its requests for input to a person or that agent) but no roots.
 EVERYTHING_TOOLS = [
     "echo",
     "get-annotated-message",
@@ -66,6 +67,8 @@ EVERYTHING_TOOLS = [
     "toggle-simulated-logging",
     "toggle-subscriber-updates",
     "trigger-long-running-operation",
+    "trigger-elicitation-request",
+    "trigger-url-elicitation",
     "trigger-sampling-request",
     "simulate-research-query",
 ]

@@ -266,8 +266,8 @@ def test_a_request_that_fails_unexpectedly_leaves_its_action_leased_for_the_swee
     calls = [start("rec__plain", {"text": str(i)}) for i in range(3)]
     real = actions._send_all
 
-    def broken_second(sends: list[Any]) -> dict[int, tuple[Any, float]]:
-        out = real(sends)
+    def broken_second(sends: list[Any], worker: str) -> dict[int, tuple[Any, float]]:
+        out = real(sends, worker)
         out[1] = (RuntimeError("the pool broke"), 0.0)
         return out
 
