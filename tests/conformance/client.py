@@ -21,9 +21,10 @@ from ``MCP_CONFORMANCE_CONTEXT``. In the scenarios whose server misbehaves (a fo
 ``resource``, a wrong ``iss``...) the client refuses to go on and exits 1, which is what
 they check.
 
-Scenarios the host deliberately does not serve (server-to-client elicitation) are still
-attempted the way the host would: connect and use the server. They fail, and the
-baselines next to this file (``baseline-*.yml``) say why.
+A server's request for input (elicitation, in both eras) is answered as a person at the
+host's form would who accepts what it offers: every default filled in (SEP-1034). Scenarios
+the host does not pass are still attempted the way the host would: connect and use the
+server. They fail, and the baselines next to this file (``baseline-*.yml``) say why.
 
 No Django: the layer is imported without running ``hostapp/__init__.py`` (which loads
 the Celery app and, through it, Django).
@@ -54,6 +55,7 @@ def _import_layer() -> Any:
         stub.__path__ = [str(ROOT / "hostapp")]
         sys.modules["hostapp"] = stub
     import hostapp.mcp as layer
+    import hostapp.mcp.elicitation  # noqa: F401  (layer.elicitation)
     import hostapp.mcp.oauth  # noqa: F401  (the host's OAuth client: layer.oauth)
 
     return layer
@@ -61,6 +63,7 @@ def _import_layer() -> Any:
 
 layer = _import_layer()
 McpFailure = layer.McpFailure
+with_defaults = layer.elicitation.with_defaults
 oauth = layer.oauth
 
 logger = logging.getLogger("conformance-client")
@@ -106,7 +109,7 @@ class Session:
         return self.tools
 
     def call(self, tool: str, arguments: dict[str, Any] | None = None, *, check: bool = True) -> dict[str, Any]:
-        result = self.pool.call_tool(SERVER, tool, arguments or {})
+        result = self.pool.call_tool(SERVER, tool, arguments or {}, watch=layer.CallWatch(on_elicit=_accept_as_offered))
         logger.info("%s -> %s", tool, json.dumps(result)[:500])
         if check:
             failure = layer.result_failure(result, tool, {t.get("name") for t in self.tools} or None)
@@ -116,6 +119,14 @@ class Session:
 
     def close(self) -> None:
         self.pool.close()
+
+
+async def _accept_as_offered(ask: Any) -> dict[str, Any]:
+    """The person at the host's form accepts it as the server offered it: every default."""
+    logger.info("input asked: %s", json.dumps(ask.params)[:500])
+    if (ask.params.get("mode") or "form") == "url":
+        return {"action": "accept"}
+    return {"action": "accept", "content": with_defaults(ask.params.get("requestedSchema"), {})}
 
 
 def _check_version(negotiated: str, era: str) -> None:

@@ -337,7 +337,11 @@ READ_ONLY = (
 def host_url(direct_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real host (`manage.py run`) with the fixture as its one server, trusted, and the
     suite's agent on a one-server unprefixed view of it, through the token-adding proxy."""
-    host = GatewayHost("conformance", tmp_path_factory.mktemp("conformance-host"), ("--no-beat",))
+    # A 2026-07-28 agent's input is asked of a person (nobody here): the host answers "cancel"
+    # soon, rather than holding the fixture's call for the default ten minutes.
+    host = GatewayHost(
+        "conformance", tmp_path_factory.mktemp("conformance-host"), ("--no-beat",), PATCHBAY_INPUT_WAIT="5"
+    )
     try:
         host.wait_ready()
         config = tmp_path_factory.mktemp("conformance-config") / "servers.json"
