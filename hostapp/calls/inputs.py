@@ -39,11 +39,11 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from hostapp.core.events import send_event_on_commit
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import InputAsk, InputRefused
+from hostapp.mcp import InputAsk, InputRefused, McpFailure
 from hostapp.mcp.elicitation import with_defaults
 from hostapp.mcp.sanitize import clean_text
 
-from . import life
+from . import life, notify
 from .models import Call, InputRequest
 
 logger = logging.getLogger(__name__)
@@ -177,7 +177,10 @@ def clean_schema(schema: Any) -> dict[str, Any]:
     properties = schema.get("properties") or {}
     if not isinstance(properties, dict) or len(properties) > MAX_FIELDS:
         raise InvalidAsk(f"the requested schema must have at most {MAX_FIELDS} properties")
-    fields = {str(name)[:200]: _clean_field(str(name), spec) for name, spec in properties.items()}
+    for name in properties:
+        if not isinstance(name, str) or not name or len(name) > 200 or clean_text(name, 200) != name:
+            raise InvalidAsk(f"field name {str(name)[:50]!r} is not plain text")
+    fields = {name: _clean_field(name, spec) for name, spec in properties.items()}
     required = [n for n in schema.get("required") or [] if isinstance(n, str) and n in fields]
     out: dict[str, Any] = {"type": "object", "properties": fields}
     if required:
@@ -192,6 +195,11 @@ def looks_sensitive(schema: dict[str, Any] | None, message: str) -> bool:
     for name, spec in ((schema or {}).get("properties") or {}).items():
         texts += [name, str(spec.get("title", ""))]
     return any(SENSITIVE.search(text) for text in texts if text)
+
+
+def check_ask(ask: InputAsk) -> None:
+    """Raises `InvalidAsk` when what the server asks cannot be shown to a person."""
+    _fields_of(ask)
 
 
 def _fields_of(ask: InputAsk) -> dict[str, Any]:
@@ -209,6 +217,7 @@ def _fields_of(ask: InputAsk) -> dict[str, Any]:
             "url": url,
             "elicitation_id": str(params.get("elicitationId") or "")[:200],
             "requested_schema": None,
+            "field_order": [],
             "sensitive": False,
         }
     if mode != InputRequest.FORM:
@@ -220,6 +229,7 @@ def _fields_of(ask: InputAsk) -> dict[str, Any]:
         "url": "",
         "elicitation_id": "",
         "requested_schema": schema,
+        "field_order": list(schema["properties"]),
         "sensitive": looks_sensitive(schema, message),
     }
 
@@ -328,10 +338,12 @@ def _announce(row: InputRequest) -> None:
     send_event_on_commit(EVENT, {"id": row.pk, "call_id": row.call_id, "status": row.status})
 
 
-def open_request(call_id: int, ask: InputAsk) -> InputRequest:
+def open_request(call_id: int, ask: InputAsk, *, resumes: bool = False, agent_round: bool = False) -> InputRequest:
     """The server of a running call asks for input: the row, and the call waiting for input.
     Raises `InvalidAsk` when what it asks cannot be shown, `InputError` when the call is not
-    running (it was finished meanwhile)."""
+    running (it was finished meanwhile). `resumes`: nobody holds the call meanwhile; once
+    answered it goes back to the outbox (`life.resume`). `agent_round`: the round is the
+    agent's to answer, by calling again (`answer_round`)."""
     fields = _fields_of(ask)
     now = timezone.now()
     with transaction.atomic():
@@ -345,6 +357,8 @@ def open_request(call_id: int, ask: InputAsk) -> InputRequest:
             round=InputRequest.objects.filter(call=call).count() + 1,
             created_at=now,
             expires_at=now + timedelta(seconds=settings.PATCHBAY_INPUT_WAIT),
+            resumes=resumes,
+            agent_round=agent_round,
             **fields,
         )
         event = life.Event("input_requested", ask.server, {"input": row.pk, "mode": row.mode, "message": row.message})
@@ -353,6 +367,8 @@ def open_request(call_id: int, ask: InputAsk) -> InputRequest:
         else:
             life.note(call, event.kind, event.actor, **event.detail)
         _announce(row)
+        if not agent_round:  # a person answers: approvers are told, as of an approval
+            notify.call_waiting(call)
     return row
 
 
@@ -397,6 +413,8 @@ def answer(
         kept: dict[str, Any] | None = None
         if action == InputRequest.ACCEPTED and row.mode == InputRequest.FORM:
             given = storable(content if content is not None else {})
+            if check:  # a person's answer: what they left out is the schema's default (SEP-1034)
+                given = with_defaults(row.requested_schema, given) if isinstance(given, dict) else given
             problems = check_content(row.requested_schema, given) if check else []
             if problems:
                 first = problems[0]
@@ -421,6 +439,17 @@ def expire(request_id: int) -> InputRequest:
         if row.is_open:
             _close(row, InputRequest.EXPIRED, "input_expired", "", via=InputRequest.HOST)
     return row
+
+
+def expire_due() -> int:
+    """Give up on every open request past its time (the outbox sweeper calls this): those
+    nobody waits for in a process (a round the outbox holds, a waiter that died)."""
+    expired = 0
+    due = InputRequest.objects.filter(status=InputRequest.OPEN, expires_at__lte=timezone.now())
+    for request_id in due.values_list("pk", flat=True):
+        if expire(request_id).status == InputRequest.EXPIRED:
+            expired += 1
+    return expired
 
 
 def withdraw(request_id: int) -> InputRequest:
@@ -453,8 +482,20 @@ def _close(
     # who may see it (`can_answer`).
     event = life.Event(kind, actor, {"input": row.pk, "via": via})
     still_open = InputRequest.objects.filter(call_id=row.call_id, status=InputRequest.OPEN).exists()
-    if call.status == Call.INPUT and not still_open:
+    if call.status == Call.INPUT and not still_open and row.resumes:
+        life.move(call, Call.QUEUED, event)
+        life.resume(call)
+    elif call.status == Call.INPUT and not still_open:
         life.move(call, Call.RUNNING, event)
+        if row.agent_round and status == InputRequest.EXPIRED:
+            # Nobody runs the call meanwhile: the agent never came back to go on with it.
+            failure = McpFailure(
+                "ambiguous",
+                "the agent did not come back with the input its server asked for",
+                transient=False,
+                reason="input_not_given",
+            )
+            life.finish(call, None, failure, 0.0)
     else:
         life.note(call, event.kind, event.actor, **event.detail)
     _announce(row)
@@ -592,6 +633,38 @@ def agent_answers(
         return given
 
     return on_elicit
+
+
+def open_round(call_id: int, server: str, requests: dict[str, Any]) -> dict[str, int]:
+    """A 2026-07-28 server's round of input requests, handed to the agent whose call it is
+    (`agent_round`): a row for each request for input, by key (sampling and roots requests
+    are the agent's alone, not on record). Raises `InvalidAsk` as `open_request` does."""
+    asks = {
+        key: InputAsk(server=server, params=request.get("params") or {}, era="modern", key=key)
+        for key, request in requests.items()
+        if isinstance(request, dict) and request.get("method") == "elicitation/create"
+    }
+    for ask in asks.values():
+        check_ask(ask)
+    with transaction.atomic():
+        return {key: open_request(call_id, ask, agent_round=True).pk for key, ask in asks.items()}
+
+
+def answer_round(call_id: int, rows: dict[str, int], responses: dict[str, Any]) -> None:
+    """The agent came back with its answers to a round (`open_round`): each on record as
+    the agent's (a request it did not answer is withdrawn); the call runs again."""
+    with transaction.atomic():
+        for key, pk in rows.items():
+            given = responses.get(key)
+            action = given.get("action") if isinstance(given, dict) else None
+            row = InputRequest.objects.filter(pk=pk, call_id=call_id).first()
+            if row is None or not row.is_open:
+                continue
+            if action in InputRequest.ANSWERS:
+                content = given.get("content") if action == InputRequest.ACCEPTED else None  # type: ignore[union-attr]
+                answer(pk, str(action), content, via=InputRequest.AGENT, check=False)
+            else:
+                withdraw(pk)
 
 
 def open_requests(user: Any = None) -> list[InputRequest]:

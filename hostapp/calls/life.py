@@ -19,7 +19,8 @@ queued          running (a worker took it), failed (discarded), dead (a dead let
 running         succeeded, failed, dead (its delivery is a dead letter), unknown (the
                 outcome is not known), queued (a retry), input (its server asks for
                 input: `hostapp.calls.inputs`)
-input           running (answered, or no longer waited for)
+input           running (answered, or no longer waited for), queued (answered: its
+                delivery resumes in the outbox, with the answers)
 denied          waiting (reopened: a person reverses a denial the host made on its
                 suggestion; `hostapp.calls.actions.reopen` checks which)
 dead            queued (redriven), failed (discarded)
@@ -65,7 +66,7 @@ MOVES: dict[str | None, frozenset[str]] = {
     Call.WAITING: frozenset({Call.QUEUED, Call.DENIED, Call.EXPIRED, Call.BLOCKED}),
     Call.QUEUED: frozenset({Call.RUNNING, Call.FAILED, Call.DEAD}),
     Call.RUNNING: frozenset({Call.SUCCEEDED, Call.FAILED, Call.DEAD, Call.UNKNOWN, Call.QUEUED, Call.INPUT}),
-    Call.INPUT: frozenset({Call.RUNNING}),
+    Call.INPUT: frozenset({Call.RUNNING, Call.QUEUED}),
     Call.DEAD: frozenset({Call.QUEUED, Call.FAILED}),
     Call.FAILED: frozenset({Call.QUEUED, Call.FAILED}),
     Call.UNKNOWN: frozenset({Call.QUEUED, Call.SUCCEEDED, Call.FAILED}),
@@ -78,6 +79,9 @@ MOVES: dict[str | None, frozenset[str]] = {
 # Sent (with `call=`) inside the transaction that made a call `queued` for delivery: the
 # outbox writes its action there.
 delivery = Signal()
+# Sent (with `call=`) inside the transaction that made a call waiting for input `queued`
+# again (its round answered): the outbox makes its action due.
+resumed = Signal()
 
 
 class IllegalMove(Exception):
@@ -342,6 +346,14 @@ def deliver(call: Call, tool: Any = None) -> None:
     if call.status != Call.QUEUED:
         raise IllegalMove(f"call #{call.pk} is {call.status}: only a queued call is delivered")
     delivery.send(sender=Call, call=call, tool=tool)
+
+
+def resume(call: Call) -> None:
+    """Hand a call that waited for input back to the outbox (moved to `queued`, in the
+    caller's transaction): its action is due again."""
+    if call.status != Call.QUEUED:
+        raise IllegalMove(f"call #{call.pk} is {call.status}: only a queued call is resumed")
+    resumed.send(sender=Call, call=call)
 
 
 # --- forgetting -----------------------------------------------------------------------------------

@@ -391,6 +391,8 @@ class InputRequest(models.Model):
     mode = models.CharField(max_length=4, choices=MODES, default=FORM)
     message = models.TextField()
     requested_schema = models.JSONField(null=True, blank=True)
+    # Its fields' names in the server's order (PostgreSQL's jsonb keeps no key order): `schema`.
+    field_order = models.JSONField(default=list, blank=True)
     url = models.TextField(blank=True)
     elicitation_id = models.CharField(max_length=200, blank=True)
     # The request's key in a 2026-07-28 `inputRequests` ("": a 2025-era request), and its round.
@@ -398,6 +400,12 @@ class InputRequest(models.Model):
     round = models.PositiveIntegerField(default=1)
     # A form that asks for what looks like a password, a token or a key (shown with a warning).
     sensitive = models.BooleanField(default=False)
+    # Nobody holds the call while it waits: once its requests are answered, it goes back to
+    # the outbox and is delivered with the answers (a 2026-07-28 server's round).
+    resumes = models.BooleanField(default=False)
+    # A round handed to a 2026-07-28 agent's own client: the agent comes back with the answer
+    # (its call again); if it does not within the wait, the call fails.
+    agent_round = models.BooleanField(default=False)
 
     status = models.CharField(max_length=10, choices=STATUSES, default=OPEN)
     created_at = models.DateTimeField(default=timezone.now)
@@ -424,6 +432,16 @@ class InputRequest(models.Model):
     def is_open(self) -> bool:
         return self.status == self.OPEN
 
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        """The requested schema, its fields in the order the server gave them."""
+        if self.requested_schema is None:
+            return None
+        properties = self.requested_schema.get("properties") or {}
+        order = [name for name in self.field_order if name in properties]
+        order += [name for name in properties if name not in order]
+        return {**self.requested_schema, "properties": {name: properties[name] for name in order}}
+
     def summary(self) -> dict[str, Any]:
         """What the CLI's --json, the API and the Input queue say of it (never the answer)."""
         return {
@@ -432,7 +450,7 @@ class InputRequest(models.Model):
             "server": self.server_name,
             "mode": self.mode,
             "message": self.message,
-            "requested_schema": self.requested_schema,
+            "requested_schema": self.schema,
             "url": self.url or None,
             "sensitive": self.sensitive,
             "status": self.status,

@@ -1,5 +1,6 @@
-"""Approvers told outside the browser that calls wait for them: a webhook and email, each
-optional, a burst grouped into one message (one POST, one email).
+"""Approvers told outside the browser that calls wait for them (for an approval, or for a
+person's input that a server asked for): a webhook and email, each optional, a burst grouped
+into one message (one POST, one email).
 
 How a burst becomes one message, and why no call is lost or told twice:
 
@@ -44,7 +45,7 @@ from celery import current_app
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Min, Q
 from django.urls import reverse
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -174,9 +175,14 @@ def _try_again_later(way: str, call_ids: list[int], exc: TryAgain) -> None:
 
 
 def still_waiting(call_ids: list[int]) -> list[Call]:
-    # Only the fields a message shows: a call's arguments are never read here.
-    fields = ("id", "tool_name", "server_name", "requester_name", "approval_expires_at", "suggestion")
-    return list(Call.objects.filter(pk__in=call_ids, status=Call.WAITING).only(*fields).order_by("pk"))
+    """Those of the calls that still wait for a person (an approval, or input: with the
+    expiry of their first open request as `input_expires`)."""
+    # Only the fields a message shows: a call's arguments are never read here, nor what a
+    # server asked for (its words go to whoever may answer, on the page).
+    fields = ("id", "tool_name", "server_name", "requester_name", "status", "approval_expires_at", "suggestion")
+    waiting = Call.objects.filter(pk__in=call_ids, status__in=(Call.WAITING, Call.INPUT)).only(*fields)
+    opened = Q(inputs__status="open")
+    return list(waiting.annotate(input_expires=Min("inputs__expires_at", filter=opened)).order_by("pk"))
 
 
 # --- the message ----------------------------------------------------------------------------------
@@ -194,8 +200,15 @@ def pending_url() -> str:
     return base_url() + reverse("pending")
 
 
-def subject(count: int) -> str:
-    return "1 call waits for approval on Patchbay" if count == 1 else f"{count} calls wait for approval on Patchbay"
+def subject(calls: list[Call]) -> str:
+    count = len(calls)
+    kinds = {call.status for call in calls}
+    what = "approval" if kinds == {Call.WAITING} else "input" if kinds == {Call.INPUT} else "a person"
+    return f"1 call waits for {what} on Patchbay" if count == 1 else f"{count} calls wait for {what} on Patchbay"
+
+
+def waiting_for(call: Call) -> str:
+    return "input" if call.status == Call.INPUT else "approval"
 
 
 def _plain(value: Any) -> str:
@@ -203,9 +216,21 @@ def _plain(value: Any) -> str:
     return " ".join(str(value).split())
 
 
+def _expires(call: Call) -> Any:
+    if call.status == Call.INPUT:
+        return getattr(call, "input_expires", None)
+    return call.approval_expires_at
+
+
 def _expiry(call: Call) -> str:
-    expires = call.approval_expires_at
+    expires = _expires(call)
     return f"expires {expires.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if expires else "no expiry"
+
+
+def _why(call: Call) -> str:
+    """What a call waits for, in a message: an input request's server is named (the
+    server's own words are not: they are for whoever may answer, on the page)."""
+    return f"{_plain(call.server_name)} asks for input" if call.status == Call.INPUT else ""
 
 
 def suggestion_of(call: Call) -> dict[str, Any] | None:
@@ -225,9 +250,10 @@ def _suggestion_words(call: Call) -> str:
 
 
 def call_facts(call: Call) -> dict[str, Any]:
-    expires = call.approval_expires_at
+    expires = _expires(call)
     return {
         "id": call.pk,
+        "waiting_for": waiting_for(call),
         "tool": call.tool_name,
         "server": call.server_name,
         "requester": call.requester_name,
@@ -246,10 +272,11 @@ def webhook_body(calls: list[Call]) -> dict[str, Any]:
     """An incoming webhook's JSON: `text` with Slack's links; `calls` and the rest for other
     receivers (Slack and Mattermost ignore keys they do not know)."""
     shown = calls[:LISTED]
-    lines = [f"*{_slack(subject(len(calls)))}*: <{pending_url()}|open the pending calls>"]
+    lines = [f"*{_slack(subject(calls))}*: <{pending_url()}|open the pending calls>"]
     for call in shown:
         words = [f"<{call_url(call)}|#{call.pk}> `{_slack(call.tool_name)}` on {_slack(call.server_name)}"]
-        words.append(f"asked by {_slack(call.requester_name)}, {_expiry(call)}")
+        why = f"{_slack(_why(call))}, " if _why(call) else ""
+        words.append(f"{why}asked by {_slack(call.requester_name)}, {_expiry(call)}")
         if suggested := _suggestion_words(call):
             words.append(_slack(suggested))
         lines.append("• " + " · ".join(words))
@@ -266,11 +293,11 @@ def webhook_body(calls: list[Call]) -> dict[str, Any]:
 
 def email_text(calls: list[Call]) -> str:
     shown = calls[:LISTED]
-    parts = [subject(len(calls)) + "."]
+    parts = [subject(calls) + "."]
     for call in shown:
         lines = [
             f"#{call.pk} {_plain(call.tool_name)} on {_plain(call.server_name)}",
-            f"  asked by {_plain(call.requester_name)}, {_expiry(call)}",
+            f"  {_why(call) + ', ' if _why(call) else ''}asked by {_plain(call.requester_name)}, {_expiry(call)}",
         ]
         if suggested := _suggestion_words(call):
             lines.append(f"  {suggested}")
@@ -308,7 +335,7 @@ def post_webhook(calls: list[Call]) -> None:
 def send_email(calls: list[Call]) -> None:
     """One email to PATCHBAY_APPROVER_EMAILS; raises `TryAgain` if it may succeed later."""
     named = _named(calls)
-    message = EmailMessage(subject(len(calls)), email_text(calls), to=list(settings.PATCHBAY_APPROVER_EMAILS))
+    message = EmailMessage(subject(calls), email_text(calls), to=list(settings.PATCHBAY_APPROVER_EMAILS))
     try:
         message.send()
     except smtplib.SMTPRecipientsRefused as exc:

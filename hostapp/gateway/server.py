@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
@@ -39,6 +40,7 @@ from django.conf import settings
 from django.utils import timezone
 from mcp.server import Server
 from mcp.server.caching import CacheHint
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -51,7 +53,18 @@ from hostapp.calls.models import Call
 from hostapp.calls.policy import Decision
 from hostapp.catalog.pool import apool_for, current_pool
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import LOG_LEVELS, CallWatch, InputAsk, InputRefused, McpFailure, Pool, errors, result_failure
+from hostapp.mcp import (
+    LOG_LEVELS,
+    CallWatch,
+    InputAsk,
+    InputRefused,
+    McpFailure,
+    Pool,
+    Rounds,
+    errors,
+    input_required,
+    result_failure,
+)
 
 from .agent_catalog import Catalog, CatalogCache
 from .agent_offers import agent_content
@@ -117,6 +130,27 @@ class _CallRef:
         if self.call_id is None:
             raise InputRefused("the call is not on record")
         return self.call_id
+
+
+def _state_key() -> bytes:
+    """The key that seals rounds of input handed to agents (from the host's secret key)."""
+    return hashlib.sha256(f"patchbay request state:{settings.SECRET_KEY}".encode()).digest()
+
+
+def _principal(ctx: Any) -> str | None:
+    """Whose sealed round it is: the agent's token."""
+    request = getattr(ctx, "request", None)
+    agent = request.scope.get(AGENT_SCOPE_KEY) if request is not None else None
+    return f"agent:{agent.pk}" if agent is not None else None
+
+
+def _hands_rounds(ctx: Any) -> bool:
+    """A 2026-07-28 agent whose client declared elicitation is handed its call's rounds of
+    input (`Gateway._round`); any other agent's are answered in the host."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or ctx.session is None:
+        return False
+    declared = ctx.session.client_capabilities
+    return declared is not None and declared.elicitation is not None
 
 
 def _status_tool() -> types.Tool:
@@ -259,6 +293,14 @@ class Gateway:
             on_subscriptions_listen=self.listen,
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
         )
+        # The state of a round of input handed to a 2026-07-28 agent (`_round`) is sealed on
+        # the way out (AES-GCM, bound to the tool, its arguments and the agent) and checked
+        # on the way back: the agent can neither read the server's state nor change it. Every
+        # web process seals with the same key, so the agent may come back to any of them.
+        security = RequestStateSecurity(
+            keys=[_state_key()], bind_principal=_principal, ttl=float(settings.PATCHBAY_INPUT_WAIT)
+        )
+        self.server.middleware.append(RequestStateBoundary(security, default_audience="patchbay"))
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         """The schema the SDK checks `Mcp-Param-*` headers against: only of a tool this
@@ -560,7 +602,9 @@ class Gateway:
         for what, pks in told.items():
             await self.notices.tell(pks, what)
 
-    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         agent = _agent(ctx)
         self._remember(ctx, agent)
         name = params.name
@@ -574,11 +618,14 @@ class Gateway:
             return _text_result(f"Unknown tool: {name}", is_error=True)
         name = entry.exposed_name  # the catalog's name, whatever the agent calls it
         requester = calls.Requester(Call.AGENT, agent.name, agent=agent)
-        # Outside the agent's view (or blocked): the ledger records the refusal, and to the
-        # agent the tool does not exist.
-        fresh = self._fresh_route(name, arguments) if entry.visible_to(agent) else None
         ref = _CallRef(asyncio.get_running_loop())
         watch = self._watch(ctx, params, ref)
+        rounds = _hands_rounds(ctx)
+        if rounds and entry.visible_to(agent) and (params.request_state is not None or params.input_responses):
+            return await self._next_round(params, agent, name, watch)
+        # Outside the agent's view (or blocked): the ledger records the refusal, and to the
+        # agent the tool does not exist.
+        fresh = self._fresh_route(name, arguments) if entry.visible_to(agent) and not rounds else None
         if fresh is not None:
             return await self._run_read_only(*fresh, requester, arguments, watch, ref)
         generation, read_at = self._routes_generation, time.monotonic()
@@ -595,9 +642,81 @@ class Gateway:
                 decision = Decision(call.decision, call.decision_reason)
                 self.routes[name] = Route(call.tool, decision, read_at, calls.schema_key(call.tool.input_schema))
             ref.call_id = call.pk
+            if rounds:
+                return await self._round(call, agent, watch, Rounds())
             call = await calls.arun_now(call, watch)
             return result_for(call, agent)
         return await self._await(ctx, call, agent)
+
+    async def _round(
+        self, call: Call, agent: AgentInfo, watch: CallWatch, rounds: Rounds
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """Run the agent's call (a 2026-07-28 agent that answers its rounds of input itself):
+        the server's answer, or its round of input requests handed on as they are, with the
+        server's state and the call sealed in ours (the boundary seals it). The requests for
+        input are on record (`inputs.open_round`), answered when the agent comes back."""
+        tool = call.tool
+        assert tool is not None
+        pool = await apool_for(tool.server)
+        started = time.perf_counter()
+        result: dict[str, Any] | None = None
+        failure: McpFailure | None = None
+        try:
+            result = await pool.acall_tool(
+                tool.server.name, call.original_name, call.arguments, watch=watch, rounds=rounds
+            )
+            failure = None if input_required(result) else result_failure(result, call.original_name)
+        except McpFailure as exc:
+            failure = exc
+        if result is not None and input_required(result):
+            requests = result.get("inputRequests") or {}
+            try:
+                rows = await sync_to_async(inputs.open_round, thread_sensitive=False)(
+                    call.pk, tool.server.name, requests
+                )
+            except inputs.InvalidAsk as exc:
+                result, failure = (
+                    None,
+                    errors.protocol_error(f"the server asked for input the host will not pass on: {exc}"),
+                )
+            else:
+                state = json.dumps({"call": call.pk, "state": result.get("requestState"), "inputs": rows})
+                return types.InputRequiredResult.model_validate(
+                    {"resultType": "input_required", "inputRequests": requests, "requestState": state}
+                )
+        done = await sync_to_async(life.finish, thread_sensitive=False)(
+            call, result, failure, time.perf_counter() - started
+        )
+        return result_for(done, agent)
+
+    async def _next_round(
+        self, params: types.CallToolRequestParams, agent: AgentInfo, name: str, watch: CallWatch
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """The agent is back with its answers to a round `_round` handed it (the boundary has
+        checked and opened the state): on record, then on to the server with them."""
+        try:
+            held = json.loads(params.request_state or "{}")
+        except json.JSONDecodeError:
+            held = {}
+        found_id = held.get("call") if isinstance(held, dict) else None
+        call_id = found_id if isinstance(found_id, int) else 0
+
+        def load() -> Call | None:
+            found = Call.objects.select_related("tool", "tool__server")
+            return found.filter(pk=call_id, requester_agent_id=agent.pk, tool_name=name).first()
+
+        call = await sync_to_async(load, thread_sensitive=False)()
+        if call is None or call.tool is None or call.status not in (Call.INPUT, Call.RUNNING):
+            return _text_result("This round of input belongs to no call of yours that waits for it.", is_error=True)
+        responses = {
+            key: value.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for key, value in (params.input_responses or {}).items()
+        }
+        await sync_to_async(inputs.answer_round, thread_sensitive=False)(call.pk, held.get("inputs") or {}, responses)
+        call = await sync_to_async(load, thread_sensitive=False)()
+        if call is None or call.tool is None or call.status != Call.RUNNING:
+            return result_for(call, agent) if call is not None else _text_result("The call is gone.", is_error=True)
+        return await self._round(call, agent, watch, Rounds(responses, held.get("state")))
 
     def _fresh_route(self, name: str, arguments: dict[str, Any]) -> tuple[Route, Pool] | None:
         """The tool's route, and the pool running its server, if its call may go to the server

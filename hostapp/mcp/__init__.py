@@ -6,7 +6,7 @@ Plain configuration in, plain data out; nothing here imports Django.
 from __future__ import annotations
 
 from .config import ConfigError, ServerConfig, parse_document, parse_entry, render_document
-from .connection import LOG_LEVELS, CallWatch, InputAsk, InputRefused, result_failure
+from .connection import LOG_LEVELS, CallWatch, InputAsk, InputRefused, Rounds, input_required, result_failure
 from .errors import McpFailure
 from .pool import Pool, PoolEvent, PoolPolicy, ServerStatus
 
@@ -21,9 +21,11 @@ __all__ = [
     "PoolEvent",
     "PoolPolicy",
     "ServerConfig",
+    "Rounds",
     "ServerStatus",
     "parse_document",
     "parse_entry",
+    "input_required",
     "render_document",
     "result_failure",
 ]

@@ -27,7 +27,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from . import errors
 from .config import ServerConfig
@@ -110,6 +110,24 @@ class InputAsk:
     params: dict[str, Any]
     era: str
     key: str = ""
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """A call whose rounds of input its caller drives (2026-07-28): the server's
+    `input_required` result comes back as it is (plain data, `resultType` "input_required"),
+    and the call made again carries the answers (`responses`: an `ElicitResult` (or, from an
+    agent's client, a `CreateMessageResult`...) as plain data, by key) and the server's
+    `state`, unchanged. A 2025-era server's requests are answered
+    during the call, through the watch, whatever this says."""
+
+    responses: dict[str, dict[str, Any]] | None = None
+    state: str | None = None
+
+
+def input_required(result: dict[str, Any]) -> bool:
+    """The result is a round of input requests (`Rounds`), not the call's answer."""
+    return result.get("resultType") == "input_required"
 
 
 class InputRefused(Exception):
@@ -662,9 +680,11 @@ class Connection:
         timeout: float | None = None,
         meta: dict[str, Any] | None = None,
         watch: CallWatch | None = None,
+        rounds: Rounds | None = None,
     ) -> dict[str, Any]:
         """Call a tool; the CallToolResult as plain data (``isError`` results included).
-        `watch` hears its progress and log messages (CallWatch)."""
+        `watch` hears its progress and log messages (CallWatch); with `rounds`, a 2026-07-28
+        server's request for input is handed back (`Rounds`)."""
         client = self._require_client()
         limit = timeout if timeout is not None else self.config.call_timeout
 
@@ -686,16 +706,31 @@ class Connection:
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + limit if asks else math.inf) as scope:
                 flight.scope = scope
-                result = await self._request(
-                    lambda: client.call_tool(
-                        name,
-                        arguments or {},
-                        read_timeout_seconds=math.inf if asks else limit,
-                        progress_callback=progress_callback,
-                        meta=meta,  # type: ignore[arg-type]
-                    ),
-                    timeout=limit,
-                )
+                if rounds is not None and self.facts.era == "modern":
+                    result = await self._request(
+                        lambda: client.session.call_tool(  # type: ignore[call-overload]
+                            name,
+                            arguments or {},
+                            read_timeout_seconds=math.inf if asks else limit,
+                            progress_callback=progress_callback,
+                            input_responses=_responses(rounds.responses),
+                            request_state=rounds.state,
+                            meta=meta,
+                            allow_input_required=True,
+                        ),
+                        timeout=limit,
+                    )
+                else:
+                    result = await self._request(
+                        lambda: client.call_tool(
+                            name,
+                            arguments or {},
+                            read_timeout_seconds=math.inf if asks else limit,
+                            progress_callback=progress_callback,
+                            meta=meta,  # type: ignore[arg-type]
+                        ),
+                        timeout=limit,
+                    )
             if scope.cancelled_caught:
                 raise self._fail_call(
                     errors.ambiguous_error(f"no answer within {limit:g}s (cancelled)", reason="timeout")
@@ -846,6 +881,17 @@ class Connection:
         if code == errors.INVALID_PARAMS and _UNKNOWN_TOOL_RE.search(message):
             reason = "unknown_tool"
         return self._fail_call(errors.protocol_error(message, code=code, data=exc.error.data, reason=reason))
+
+
+_INPUT_RESPONSE: TypeAdapter[types.InputResponse] = TypeAdapter(types.InputResponse)
+
+
+def _responses(given: dict[str, dict[str, Any]] | None) -> types.InputResponses | None:
+    """Answers of a round (`Rounds.responses`: an `ElicitResult`, a `CreateMessageResult`...
+    as plain data) as the SDK sends them."""
+    if given is None:
+        return None
+    return {key: _INPUT_RESPONSE.validate_python(value) for key, value in given.items()}
 
 
 def _unwrap(exc: BaseException) -> BaseException:

@@ -44,7 +44,7 @@ import anyio
 
 from . import errors
 from .config import ServerConfig
-from .connection import CallWatch, Connection
+from .connection import CallWatch, Connection, Rounds
 from .errors import McpFailure
 
 logger = logging.getLogger(__name__)
@@ -653,6 +653,7 @@ class Pool:
         timeout: float | None,
         meta: dict[str, Any] | None,
         watch: CallWatch | None,
+        rounds: Rounds | None = None,
     ) -> dict[str, Any]:
         slot = self._slot(name)
         limit = timeout if timeout is not None else slot.config.call_timeout
@@ -660,7 +661,7 @@ class Pool:
         slot, conn = await self._acquire(name, deadline)
         self._begin_use(slot)  # no await since the connection was taken: idle_close cannot take it back
         try:
-            result = await conn.call_tool(tool, arguments, timeout=limit, meta=meta, watch=watch)
+            result = await conn.call_tool(tool, arguments, timeout=limit, meta=meta, watch=watch, rounds=rounds)
         except McpFailure as failure:
             self._note(slot, failure)
             raise
@@ -809,8 +810,11 @@ class Pool:
         timeout: float | None = None,
         meta: dict[str, Any] | None = None,
         watch: CallWatch | None = None,
+        rounds: Rounds | None = None,
     ) -> dict[str, Any]:
-        return await self.arun(self._call_tool(server, tool, arguments, timeout, meta, watch))
+        """:meth:`call_tool` for async callers; with `rounds`, a 2026-07-28 server's round of
+        input requests comes back as it is (`Rounds`)."""
+        return await self.arun(self._call_tool(server, tool, arguments, timeout, meta, watch, rounds))
 
     def list_tools(self, server: str, *, timeout: float | None = None) -> list[dict[str, Any]]:
         slot = self._slot(server)

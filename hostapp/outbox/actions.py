@@ -34,16 +34,16 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from hostapp.calls import life
+from hostapp.calls import inputs, life
 from hostapp.calls.actions import expire_waiting, person_watch
-from hostapp.calls.models import Call
+from hostapp.calls.models import Call, InputRequest
 from hostapp.catalog.actions import applied_annotations
 from hostapp.catalog.models import Server, Tool
 from hostapp.catalog.pool import pool_for
 from hostapp.core.bulk import update_each
 from hostapp.core.events import send_event_on_commit
 from hostapp.core.redis_client import redis_client
-from hostapp.mcp import McpFailure, ServerConfig, result_failure
+from hostapp.mcp import InputAsk, McpFailure, Rounds, ServerConfig, input_required, result_failure
 from hostapp.mcp.errors import transport_error
 
 from .models import Action, Attempt
@@ -172,6 +172,7 @@ CALL_STATUS = {
     Action.DEAD: Call.DEAD,
     Action.UNKNOWN: Call.UNKNOWN,
     Action.DISCARDED: Call.FAILED,
+    Action.INPUT: Call.INPUT,
 }
 
 
@@ -273,9 +274,12 @@ def claim(action_id: int, worker: str) -> Action | None:
 
 @dataclass
 class Outcome:
-    status: str  # done, retry, dead, unknown
+    status: str  # done, retry, dead, unknown, input
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    # input: the server's round of input requests ({key: {"method", "params"}}) and its state.
+    requests: dict[str, Any] | None = None
+    state: str | None = None
 
 
 def _arguments(call: Call, tool: Tool | None, key: str) -> tuple[dict[str, Any], str]:
@@ -306,6 +310,7 @@ class _Send:
     key: str
     action: int
     call: int
+    rounds: Rounds
 
 
 def _hold_lease(action_id: int, worker: str) -> Any:
@@ -350,6 +355,7 @@ def _send_all(sends: list[_Send], worker: str) -> dict[int, tuple[Any, float]]:
                 timeout=timeout,
                 meta={IDEMPOTENCY_META_KEY: send.key},
                 watch=person_watch(send.call, on_open=_hold_lease(send.action, worker)),
+                rounds=send.rounds,
             )
         except Exception as exc:  # noqa: BLE001 - handed back as this request's outcome
             return exc, time.perf_counter() - started
@@ -402,7 +408,8 @@ def deliver_claimed(batch: list[Action], worker: str) -> list[str]:
             outcomes[index] = (_classify(action, tool, failure), 0.0)
         else:
             arguments, key = _arguments(call, tool, action.idempotency_key)
-            sends.append(_Send(index, tool.server, call.original_name, arguments, key, action.pk, call.pk))
+            rounds = _answered_round(action)
+            sends.append(_Send(index, tool.server, call.original_name, arguments, key, action.pk, call.pk, rounds))
     unexpected: list[Exception] = []
     answers = _send_all(sends, worker) if sends else {}
     for index, (answer, seconds) in answers.items():
@@ -412,6 +419,8 @@ def deliver_claimed(batch: list[Action], worker: str) -> list[str]:
             outcomes[index] = (_classify(action, tool, answer), seconds)
         elif isinstance(answer, Exception):
             unexpected.append(answer)
+        elif input_required(answer):
+            outcomes[index] = (_round_outcome(tool, answer), seconds)
         else:
             tool_failure = result_failure(answer, action.call.original_name)
             # A tool error is the tool's answer: sending it again gets the same one.
@@ -428,6 +437,52 @@ def deliver_claimed(batch: list[Action], worker: str) -> list[str]:
             logger.error("%d requests of a batch failed unexpectedly; the first follows", len(unexpected))
         raise unexpected[0]
     return recorded
+
+
+def _answered_round(action: Action) -> Rounds:
+    """What a delivery sends with its call: nothing more at first (a 2026-07-28 server's
+    round of input comes back, `Rounds`); after a round, its answers and the server's state."""
+    held = action.input_round or {}
+    if not held:
+        return Rounds()
+    rows = {row.pk: row for row in InputRequest.objects.filter(pk__in=list(held.get("inputs", {}).values()))}
+    responses = {key: inputs.result_of(rows[pk]) for key, pk in held.get("inputs", {}).items() if pk in rows}
+    return Rounds(responses, held.get("state"))
+
+
+def _round_outcome(tool: Tool, answer: dict[str, Any]) -> Outcome:
+    """A round of input requests: the action waits for a person's answers (`input`), or is
+    a dead letter when what the server asks cannot be given from the outbox."""
+    requests = answer.get("inputRequests") or {}
+    for key, request in requests.items():
+        method = request.get("method") if isinstance(request, dict) else None
+        why = ""
+        if method != "elicitation/create":
+            why = f"the server asked for {method or 'something'} ({key}), which only an agent's client could give"
+        else:
+            try:
+                inputs.check_ask(InputAsk(server=tool.server.name, params=request.get("params") or {}, era="modern"))
+            except inputs.InvalidAsk as exc:
+                why = f"the server asked for input the host cannot show ({key}): {exc}"
+        if why:
+            failure = McpFailure("protocol", f"not delivered: {why}", transient=False, reason="input_refused")
+            return Outcome("dead", error=failure.as_dict())
+    if not requests:
+        failure = transport_error("the server asked for another round with no request in it", reason="input_empty")
+        return Outcome("retry", error=failure.as_dict())
+    return Outcome("input", requests=requests, state=answer.get("requestState"))
+
+
+def on_resumed(sender: Any, call: Call, **kwargs: Any) -> None:
+    """`life.resumed`'s receiver: the round an action waited for is answered, so it is due."""
+    action = Action.objects.select_for_update().filter(call=call, status=Action.INPUT).first()
+    if action is None:
+        return
+    now = timezone.now()
+    action.status, action.next_attempt_at, action.queued_at = Action.PENDING, now, now
+    action.save(update_fields=["status", "next_attempt_at", "queued_at"])
+    transaction.on_commit(functools.partial(_queue_delivery, action.pk))
+    _announce([action])
 
 
 def deliver(action_id: int, worker: str = "") -> str:
@@ -478,7 +533,13 @@ def _classify(action: Action, tool: Tool | None, failure: McpFailure) -> Outcome
 
 # --- recording ---------------------------------------------------------------------------------
 
-_ACTION_STATUS = {"done": Action.DONE, "retry": Action.PENDING, "dead": Action.DEAD, "unknown": Action.UNKNOWN}
+_ACTION_STATUS = {
+    "done": Action.DONE,
+    "retry": Action.PENDING,
+    "dead": Action.DEAD,
+    "unknown": Action.UNKNOWN,
+    "input": Action.INPUT,
+}
 _EVENT_KIND = {"done": "succeeded", "retry": "retry_scheduled", "dead": "dead_lettered", "unknown": "outcome_unknown"}
 
 
@@ -496,7 +557,7 @@ def _close_leases(worker: str, now: datetime, items: list[tuple[Action, Outcome,
         table = connection.ops.quote_name(Action._meta.db_table)
         mine = " OR ".join(["(id = %s AND attempts = %s)"] * len(done))
         rows = _returning_ids(
-            f"UPDATE {table} SET status = %s, lease_until = NULL, last_error = NULL, done_at = %s "
+            f"UPDATE {table} SET status = %s, lease_until = NULL, last_error = NULL, input_round = NULL, done_at = %s "
             f"WHERE status = %s AND leased_by = %s AND ({mine}) RETURNING id",
             [
                 Action.DONE,
@@ -518,6 +579,8 @@ def _close_leases(worker: str, now: datetime, items: list[tuple[Action, Outcome,
         if outcome.status == "retry":
             values["next_attempt_at"] = now + timedelta(seconds=backoff(action.attempts))
             values["queued_at"] = now
+        if outcome.status == "input":
+            values["input_round"] = {"state": outcome.state, "inputs": {}}
         mine_only = Action.objects.filter(
             pk=action.pk, status=Action.LEASED, leased_by=worker, attempts=action.attempts
         )
@@ -554,6 +617,9 @@ def _finish(worker: str, now: datetime, items: list[tuple[Action, Outcome, float
     moves = []
     hooks = []
     for action, outcome, seconds in items:
+        if outcome.status == "input":
+            _wait_for_input(action, outcome)
+            continue
         status = _ACTION_STATUS[outcome.status]
         if status == Action.DONE:
             action.status, action.lease_until, action.last_error, action.done_at = status, None, None, now
@@ -583,6 +649,22 @@ def _finish(worker: str, now: datetime, items: list[tuple[Action, Outcome, float
     life.apply(moves)
     for hook in hooks:
         transaction.on_commit(hook)
+
+
+def _wait_for_input(action: Action, outcome: Outcome) -> None:
+    """The action gave its worker back: a person is asked for each of the round's requests
+    (the call waits for input meanwhile); answered, the call resumes (`on_resumed`)."""
+    server = action.call.server_name
+    rows = {
+        key: inputs.open_request(
+            action.call_id,
+            InputAsk(server=server, params=request.get("params") or {}, era="modern", key=key),
+            resumes=True,
+        ).pk
+        for key, request in (outcome.requests or {}).items()
+    }
+    action.input_round = {"state": outcome.state, "inputs": rows}
+    Action.objects.filter(pk=action.pk).update(input_round=action.input_round)
 
 
 def record(action: Action, worker: str, outcome: Outcome, seconds: float) -> str:
@@ -677,7 +759,11 @@ def requeue_due(limit: int = 1000) -> int:
 
 
 def sweep() -> dict[str, int]:
-    return {"reclaimed": reclaim_expired_leases(), "requeued": requeue_due(), "expired": expire_waiting()}
+    done = {"reclaimed": reclaim_expired_leases(), "requeued": requeue_due(), "expired": expire_waiting()}
+    inputs_expired = inputs.expire_due()  # a round nobody answered resumes its call, answered "cancel"
+    if inputs_expired:
+        done["inputs_expired"] = inputs_expired
+    return done
 
 
 # --- people's decisions ----------------------------------------------------------------------------

@@ -18,6 +18,9 @@ class Action(models.Model):
     DEAD = "dead"  # dead letter: a person decides
     UNKNOWN = "unknown"  # outcome unknown: a person decides
     DISCARDED = "discarded"
+    # Its server (2026-07-28) asked for input: no worker holds it while a person answers;
+    # answered, it is pending again, and delivered with the answers and the same key.
+    INPUT = "input"
     STATUSES = [
         (PENDING, "pending"),
         (LEASED, "delivering"),
@@ -25,6 +28,7 @@ class Action(models.Model):
         (DEAD, "dead letter"),
         (UNKNOWN, "outcome unknown"),
         (DISCARDED, "discarded"),
+        (INPUT, "waiting for input"),
     ]
 
     call = models.OneToOneField("calls.Call", on_delete=models.CASCADE, related_name="action")
@@ -43,6 +47,9 @@ class Action(models.Model):
     resolved_by = models.CharField(max_length=150, blank=True)
     resolution = models.CharField(max_length=1000, blank=True)
     alerted = models.BooleanField(default=False)
+    # The round of input it waits for (INPUT), and then delivers with: the server's
+    # `requestState` ("state", never shown) and its requests' rows by key ("inputs").
+    input_round = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-id"]

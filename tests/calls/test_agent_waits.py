@@ -37,6 +37,8 @@ def test_an_agent_waiting_for_approval_hears_it_at_once(
     progress: list[str] = []
 
     class Session:
+        client_capabilities = None  # declared nothing: no round of input is handed to it
+
         async def report_progress(self, progress_: float, total: float | None, message: str | None) -> None:
             progress.append(message or "")
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from pytest_django.fixtures import Settings
 
 from hostapp.calls import actions, notify
-from hostapp.calls.models import ApprovalNotice, Call
+from hostapp.calls.models import ApprovalNotice, Call, InputRequest
 from hostapp.calls.tasks import notify_again, notify_approvers
 from hostapp.catalog.models import Server
 from tests.catalog.conftest import listed, make_server, tool_def
@@ -128,6 +128,7 @@ def test_it_posts_a_waiting_call_with_its_links_and_without_its_arguments(
     assert body["calls"] == [
         {
             "id": call.pk,
+            "waiting_for": "approval",
             "tool": "mail__send",
             "server": "mail",
             "requester": "cli",
@@ -140,6 +141,47 @@ def test_it_posts_a_waiting_call_with_its_links_and_without_its_arguments(
     assert not ApprovalNotice.objects.exists()
     assert notify_approvers() == 0
     assert len(hook.requests) == 1
+
+
+def test_a_request_for_input_reaches_the_approvers_too_without_the_servers_words(
+    hook: WebhookReceiver, emails: list[str], queue: Wakeups, django_capture_on_commit_callbacks: Any
+) -> None:
+    from hostapp.calls import inputs, life
+    from hostapp.calls.policy import Decision
+    from hostapp.catalog.models import Tool
+    from hostapp.mcp import InputAsk
+
+    tool = Tool.objects.select_related("server").get(exposed_name="mail__send")
+    running = life.open_call(life.new_fields(tool, Decision(Call.RUN, ""), CLI, {}, "d", timezone.now()))
+    ask = {"message": "Which mailbox, the secret one?", "requestedSchema": {"type": "object"}}
+    with django_capture_on_commit_callbacks(execute=True):
+        row = inputs.open_request(running.pk, InputAsk(server="mail", params=ask, era="legacy"))
+        waiting = start()
+    assert sends_queued(queue) == [(notify.GROUP_TASK, [])]
+
+    assert notify_approvers() == 2
+
+    [got] = hook.wait_for(1)
+    assert "secret one" not in got.body.decode()
+    body = got.json
+    assert body["text"].startswith("*2 calls wait for a person on Patchbay*")
+    assert (
+        f"<{BASE}/calls/{running.pk}/|#{running.pk}> `mail__send` on mail · mail asks for input, asked by cli"
+        in (body["text"])
+    )
+    facts = {c["id"]: c for c in body["calls"]}
+    assert facts[running.pk]["waiting_for"] == "input"
+    assert facts[running.pk]["expires_at"] == row.expires_at.isoformat()
+    assert facts[waiting.pk]["waiting_for"] == "approval"
+    assert mail.outbox[0].subject == "2 calls wait for a person on Patchbay"
+    assert "mail asks for input, asked by cli" in mail.outbox[0].body
+
+    # Answered before the send: nothing more is told of it.
+    inputs.answer(row.pk, "decline", name="cli")
+    with django_capture_on_commit_callbacks(execute=True):
+        inputs.open_request(running.pk, InputAsk(server="mail", params=ask, era="legacy"))
+    inputs.answer(InputRequest.objects.get(call=running, status="open").pk, "cancel", name="cli")
+    assert notify_approvers() == 0
 
 
 def test_what_an_agent_chose_cannot_make_a_link_or_a_mention(

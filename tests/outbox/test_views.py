@@ -106,6 +106,7 @@ def test_the_outbox_page_counts_actions_by_status(olivia_client: Client, one_of_
         "dead": 2,
         "unknown": 1,
         "discarded": 1,
+        "input": 0,
     }
     rows = rows_on(response.content.decode())
     assert rows == {a.pk: status for status, made in one_of_each.items() for a in made}
