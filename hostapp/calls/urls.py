@@ -7,6 +7,8 @@ from . import views
 urlpatterns = [
     path("calls/", views.call_list, name="calls"),
     path("calls/pending/", views.pending, name="pending"),
+    path("calls/inputs/", views.input_queue, name="inputs"),
+    path("calls/inputs/<int:input_id>/", views.input_detail, name="input"),
     path("calls/suggestions/", views.suggestions, name="suggestions"),
     path("calls/reads/", views.read_list, name="reads"),
     path("calls/<int:call_id>/", views.call_detail, name="call"),

@@ -3,24 +3,26 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import jsonschema
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from hostapp.catalog.models import Tool
 from hostapp.core.http import safe_next
 from hostapp.mcp.sanitize import clean_text
 
-from . import actions, suggest
-from .models import Call, Read
+from . import actions, inputs, suggest
+from .input_forms import InputForm, answer_items
+from .models import Call, InputRequest, Read
 
 CALLS_PAGE_SIZE = 50
 READS_PAGE_SIZE = 50
@@ -218,9 +220,20 @@ def call_detail(request: HttpRequest, call_id: int) -> HttpResponse:
         "events": call.events.all(),
         "action": getattr(call, "action", None),
         "can_approve": request.user.has_perm("calls.approve_call"),
+        **_inputs_of(request, call),
     }
     template = "calls/_call_detail.html" if request.GET.get("fragment") == "1" else "calls/call.html"
     return render(request, template, context)
+
+
+def _inputs_of(request: HttpRequest, call: Call) -> dict[str, Any]:
+    """A call's requests for input, as its page lists them; the answers only for those who
+    may see them (`inputs.can_answer`)."""
+    may_answer = inputs.can_answer(request.user, call)
+    rows = [
+        {"row": row, "answer": answer_items(row.schema, row.content) if may_answer else []} for row in call.inputs.all()
+    ]
+    return {"input_requests": rows, "can_answer": may_answer}
 
 
 def call_result_download(request: HttpRequest, call_id: int) -> HttpResponse:
@@ -236,6 +249,85 @@ def pending(request: HttpRequest) -> HttpResponse:
     context = {"rows": rows, "can_approve": request.user.has_perm("calls.approve_call")}
     template = "calls/_pending_rows.html" if request.GET.get("fragment") == "1" else "calls/pending.html"
     return render(request, template, context)
+
+
+def input_queue(request: HttpRequest) -> HttpResponse:
+    """The open requests for input this user may answer, oldest first."""
+    context = {"rows": inputs.open_requests(request.user)}
+    template = "calls/_input_rows.html" if request.GET.get("fragment") == "1" else "calls/inputs.html"
+    return render(request, template, context)
+
+
+def _url_view(url: str) -> dict[str, Any]:
+    """A URL a server asks a person to open, as the page shows it: whole, and its host (in
+    ASCII too, when it is an internationalised name that could pass for another)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        ascii_host = host
+    return {
+        "url": url,
+        "host": host,
+        "ascii_host": ascii_host if ascii_host != host else "",
+        "has_userinfo": "@" in parts.netloc,
+        # inputs.open_request let in only these; checked again where a link is made of it.
+        "linkable": parts.scheme in ("http", "https") and bool(host),
+    }
+
+
+ANSWERED_WORDS = {
+    InputRequest.ACCEPTED: "Answered",
+    InputRequest.DECLINED: "Declined",
+    InputRequest.CANCELLED: "Cancelled",
+}
+
+
+@require_http_methods(["GET", "POST"])
+def input_detail(request: HttpRequest, input_id: int) -> HttpResponse:
+    """A request for input: what the server asks and, for those who may answer it, the
+    form (or the URL to open) with its answers; once answered, how it ended."""
+    row = get_object_or_404(InputRequest.objects.select_related("call"), pk=input_id)
+    may_answer = inputs.can_answer(request.user, row.call)
+    form: InputForm | None = None
+    status = 200
+    if request.method == "POST":
+        if not may_answer:
+            raise PermissionDenied("only the call's requester and approvers may answer its requests for input")
+        action = request.POST.get("action", "")
+        if action not in InputRequest.ANSWERS:
+            return HttpResponse("The answer is accept, decline or cancel.", status=400)
+        content = None
+        if action == InputRequest.ACCEPTED and row.mode == InputRequest.FORM and row.is_open:
+            form = InputForm(row.schema, request.POST)
+            content = form.content() if form.is_valid() else None
+        if form is None or not form.errors:
+            try:
+                inputs.answer(row.pk, action, content, person=request.user)
+            except inputs.InputError as exc:
+                if exc.status == 409 or form is None:
+                    messages.error(request, exc.message)
+                    return redirect("input", input_id=row.pk)
+                form.add_problems(exc.errors or [{"path": "", "message": exc.message}])
+            else:
+                word = ANSWERED_WORDS[action]
+                messages.success(request, f"{word} {row.server_name}'s request for input of call #{row.call_id}.")
+                return redirect(safe_next(request, reverse("call", args=[row.call_id])))
+        status = 400
+    if form is None and row.is_open and may_answer and row.mode == InputRequest.FORM:
+        form = InputForm(row.schema)
+    context = {
+        "row": row,
+        "call": row.call,
+        "can_answer": may_answer,
+        "form": form,
+        "url_view": _url_view(row.url) if row.mode == InputRequest.URL else None,
+        "answer": answer_items(row.schema, row.content) if may_answer else [],
+        "next_url": safe_next(request, reverse("call", args=[row.call_id])),
+    }
+    template = "calls/_input_state.html" if request.GET.get("fragment") == "1" else "calls/input.html"
+    return render(request, template, context, status=status)
 
 
 @require_POST

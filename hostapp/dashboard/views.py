@@ -137,7 +137,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @require_GET
 def nav_counts(request: HttpRequest) -> JsonResponse:
     context = navigation(request)
-    return JsonResponse({"pending": context.get("nav_pending", 0), "dead": context.get("nav_dead", 0)})
+    return JsonResponse(
+        {
+            "pending": context.get("nav_pending", 0),
+            "input": context.get("nav_input", 0),
+            "dead": context.get("nav_dead", 0),
+        }
+    )
 
 
 @login_not_required

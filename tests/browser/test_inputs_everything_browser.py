@@ -1,0 +1,128 @@
+"""server-everything (npm, as users run it) asks a person in a real browser, end to end.
+
+The host gets server-everything over stdio, trusted, its `trigger-elicitation-request` and
+`trigger-url-elicitation` run at once (an admin's read-only override). `mcp call` starts each
+call from the CLI (the call lives in its process, which waits); the admin answers in the
+browser from the Input queue; the call ends as the server makes of the answer (accepted,
+declined, cancelled), on the call's page and in the CLI's output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Callable
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.host import RunningHost
+from tests.mcp.test_interop import EVERYTHING, NODE, _need_node
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+FORM = "everything__trigger-elicitation-request"
+URL = "everything__trigger-url-elicitation"
+_ready: set[str] = set()
+
+
+def _with_everything(host: RunningHost, tmp_path_factory: pytest.TempPathFactory) -> None:
+    if host.url in _ready:
+        return
+    _need_node()
+    config = tmp_path_factory.mktemp("everything") / "servers.json"
+    servers = {"everything": {"command": str(NODE), "args": [str(EVERYTHING)], "trusted": True}}
+    config.write_text(json.dumps({"mcpServers": servers}))
+    host.manage("mcp", "import", str(config), "--refresh")
+    host.manage(
+        "shell",
+        "-c",
+        "from hostapp.catalog import actions; from hostapp.catalog.models import Tool; "
+        f"[actions.set_class_override(Tool.objects.get(exposed_name=n), 'read_only') for n in ({FORM!r}, {URL!r})]",
+    )
+    _ready.add(host.url)
+
+
+def _call(host: RunningHost, tool: str, arguments: dict[str, object]) -> subprocess.Popen[str]:
+    return host.start_manage("mcp", "call", tool, "--args", json.dumps(arguments), "--json")
+
+
+def _answer_page(page: Page, tool: str) -> None:
+    """From the Input queue, the newest request of a call of `tool`."""
+    page.goto("/calls/inputs/")
+    card = page.locator("article.input-request", has_text=tool).last
+    expect(card).to_be_visible()
+    card.get_by_role("link", name="Answer").click()
+    expect(page.locator(".input-ask .input-server")).to_have_text("everything")
+
+
+def _ended(proc: subprocess.Popen[str]) -> dict[str, object]:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, f"mcp call exited {proc.returncode}\n{out}\n{err}"
+    summary: dict[str, object] = json.loads(out)
+    return summary
+
+
+def _text(summary: dict[str, object]) -> str:
+    result = summary["result"]
+    assert isinstance(result, dict)
+    return "\n".join(c.get("text", "") for c in result["content"])
+
+
+@pytest.fixture
+def everything(host: RunningHost, tmp_path_factory: pytest.TempPathFactory) -> RunningHost:
+    _with_everything(host, tmp_path_factory)
+    return host
+
+
+def test_a_person_answers_server_everythings_form_and_the_call_ends_with_the_answer(
+    login: Callable[..., Page], everything: RunningHost
+) -> None:
+    page = login()
+    running = _call(everything, FORM, {})
+    _answer_page(page, FORM)
+    form = page.locator("#input-form")
+    expect(form.get_by_label("String with default", exact=True)).to_have_value("It was a dark and stormy night.")
+    form.get_by_label("String", exact=True).fill("Grace Hopper")
+    form.get_by_label("Integer", exact=True).fill("9")
+    page.get_by_role("button", name="Submit").click()
+    expect(page).to_have_url(re.compile(r"/calls/inputs/$"))  # back to the queue it came from
+
+    summary = _ended(running)
+    assert summary["status"] == "succeeded"
+    text = _text(summary)
+    assert "- Name: Grace Hopper" in text and "- Favorite Integer: 9" in text
+    page.goto(f"/calls/{summary['call_id']}/")
+    expect(page.locator("#call-status")).to_have_text("succeeded")
+    expect(page.locator("#call-inputs")).to_contain_text("answered")
+    expect(page.get_by_text("User provided the requested information!")).to_be_visible()
+
+
+@pytest.mark.parametrize(("button", "said"), [("Decline", "User declined"), ("Cancel", "User cancelled")])
+def test_a_declined_or_cancelled_form_ends_the_call_as_the_server_says(
+    login: Callable[..., Page], everything: RunningHost, button: str, said: str
+) -> None:
+    page = login()
+    running = _call(everything, FORM, {})
+    _answer_page(page, FORM)
+    page.get_by_role("button", name=button).click()
+
+    summary = _ended(running)
+    assert summary["status"] == "succeeded"
+    assert said in _text(summary)
+
+
+def test_a_url_request_is_opened_by_the_person_and_then_accepted(
+    login: Callable[..., Page], everything: RunningHost
+) -> None:
+    page = login()
+    running = _call(everything, URL, {"url": "https://example.com/connect?step=1"})
+    _answer_page(page, URL)
+    expect(page.get_by_text("https://example.com/connect?step=1")).to_be_visible()
+    assert len(page.context.pages) == 1  # nothing opened by itself
+    page.get_by_role("button", name="I have done it").click()
+
+    summary = _ended(running)
+    assert summary["status"] == "succeeded"
+    assert '"action": "accept"' in _text(summary)
