@@ -1,10 +1,12 @@
-"""The JSON API: servers, tools, calls, approvals and the outbox, described by OpenAPI.
+"""The JSON API: servers, tools, calls, approvals, requests for input and the outbox,
+described by OpenAPI.
 
 Served at /api/v1/ (schema at /api/v1/openapi.json). Two ways in:
 
 * a browser session (cookie), with CSRF enforced on every unsafe method;
 * an agent token (`Authorization: Bearer pb_...`): an agent may read the catalog, make
-  calls and read its own calls; it can never decide an approval or touch the outbox.
+  calls and read its own calls (and the requests for input they wait for); it can never
+  decide an approval, answer a request for input, or touch the outbox.
 
 Errors are `{"error": "..."}` with the status that fits (400, 401, 403, 404, 409).
 """
@@ -22,8 +24,9 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
 
 from hostapp.calls import actions as call_actions
+from hostapp.calls import inputs as call_inputs
 from hostapp.calls import suggest
-from hostapp.calls.models import Call
+from hostapp.calls.models import Call, InputRequest
 from hostapp.catalog.models import Server, Tool, live_states
 from hostapp.catalog.refreshes import queue_refresh
 from hostapp.catalog.rows import server_row, tool_row
@@ -315,6 +318,11 @@ class CallOut(Schema):
     denial_reason: str | None
     approval_expires_at: datetime | None
     suggestion: SuggestionOut | None = None
+    input_requests: list[int] = Field(
+        [],
+        description="While the call waits for input (status `input`): the ids of its server's open requests, "
+        "answered at /inputs/{input_id}/answer.",
+    )
 
 
 class CallError(Schema):
@@ -322,7 +330,28 @@ class CallError(Schema):
     errors: list[dict[str, str]] = []
 
 
-def _call_out(call: Call) -> dict[str, Any]:
+def _open_inputs(calls: list[Call]) -> dict[int, list[int]]:
+    """The open requests for input of these calls, by call: one query, and none unless one
+    of them waits for input (only such a call has open requests)."""
+    waiting = [c.pk for c in calls if c.status == Call.INPUT]
+    found: dict[int, list[int]] = {}
+    if waiting:
+        rows = InputRequest.objects.filter(call_id__in=waiting, status=InputRequest.OPEN).order_by("id")
+        for call_id, input_id in rows.values_list("call_id", "id"):
+            found.setdefault(call_id, []).append(input_id)
+    return found
+
+
+def _calls_out(calls: Any) -> list[dict[str, Any]]:
+    calls = list(calls)
+    open_inputs = _open_inputs(calls)
+    return [_call_out(c, open_inputs.get(c.pk, [])) for c in calls]
+
+
+def _call_out(call: Call, input_requests: list[int] | None = None) -> dict[str, Any]:
+    """A call as the API shows it (`input_requests`: from `_open_inputs`, or read here)."""
+    if input_requests is None:
+        input_requests = _open_inputs([call]).get(call.pk, [])
     return {
         "call_id": call.pk,
         "tool": call.tool_name,
@@ -341,6 +370,7 @@ def _call_out(call: Call) -> dict[str, Any]:
         "denial_reason": call.denial_reason or None,
         "approval_expires_at": call.approval_expires_at,
         "suggestion": suggest.shown(call),
+        "input_requests": input_requests,
     }
 
 
@@ -351,7 +381,11 @@ def _call_out(call: Call) -> dict[str, Any]:
 )
 def make_call(request: HttpRequest, payload: CallIn) -> Status:
     """Start a call (201). With an `Idempotency-Key` header (up to 64 characters) sent before
-    by the same requester, the first call is answered (200) and nothing is done again."""
+    by the same requester, the first call is answered (200) and nothing is done again.
+
+    A call run at once whose server asks for input is answered as soon as it asks: status
+    `input`, with the requests' ids in `input_requests` (answered at /inputs/{input_id}/answer);
+    it goes on once they are answered. Read it again for its end."""
     agent = _agent(request)
     if agent is not None:
         requester = call_actions.Requester(Call.AGENT, agent.name, agent=agent)
@@ -398,7 +432,7 @@ def list_calls(request: HttpRequest, filters: Query[CallFilters]) -> list[dict[s
             calls = calls.filter(**{column: value})
     limit = max(1, min(filters.limit, 500))
     offset = max(0, filters.offset)
-    return [_call_out(c) for c in calls[offset : offset + limit]]
+    return _calls_out(calls[offset : offset + limit])
 
 
 @api.get("/calls/{call_id}", response=responses(CallOut, codes=[404]), tags=["calls"])
@@ -415,7 +449,7 @@ def get_call(request: HttpRequest, call_id: int) -> dict[str, Any]:
 @api.get("/approvals", response=responses(list[CallOut]), tags=["approvals"])
 def list_approvals(request: HttpRequest) -> list[dict[str, Any]]:
     _user(request)
-    return [_call_out(c) for c in Call.objects.filter(status=Call.WAITING).order_by("id")]
+    return _calls_out(Call.objects.filter(status=Call.WAITING).order_by("id"))
 
 
 class ApproveIn(Schema):
@@ -454,6 +488,108 @@ def deny_call(request: HttpRequest, call_id: int, payload: DenyIn) -> Any:
     except call_actions.ApprovalError as exc:
         raise HttpError(409, str(exc)) from None
     return _call_out(call)
+
+
+# --- requests for input ---------------------------------------------------------------------------------
+
+
+class InputOut(Schema):
+    """A server's request for input in the middle of a call (elicitation), and its answer."""
+
+    id: int
+    call_id: int
+    server: str
+    mode: Literal["form", "url"] = Field(description="`form`: fill in `requested_schema`; `url`: open `url`.")
+    message: str = Field(description="What the server says it needs (sanitized; show it as text).")
+    requested_schema: dict[str, Any] | None = Field(
+        description="A form's fields: a flat object schema of strings, numbers, booleans and choices."
+    )
+    url: str | None = Field(description="The http(s) page a `url` request asks the person to open.")
+    sensitive: bool = Field(description="The form seems to ask for a secret (forms must not be used for one).")
+    status: Literal["open", "accept", "decline", "cancel", "expired", "withdrawn"]
+    round: int = Field(description="1 for the first request of its call, 2 for the next, ...")
+    created_at: datetime
+    expires_at: datetime = Field(description="When the host stops waiting and answers `cancel` for the person.")
+    answered_via: Literal["person", "agent", "host"] | None
+    answered_by: str | None
+    answered_at: datetime | None
+    content: dict[str, Any] | None = Field(
+        None, description="The values given (an accepted form): only for whoever may answer, otherwise null."
+    )
+
+
+class AnswerIn(Schema):
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = Field(
+        None, description="With `accept` of a form: its values, checked against `requested_schema`."
+    )
+
+
+class FieldProblem(Schema):
+    path: str = Field(description="The field it concerns (empty: the answer as a whole).")
+    message: str
+
+
+class AnswerError(Schema):
+    error: str
+    errors: list[FieldProblem] = []
+
+
+def _input(request: HttpRequest, input_id: int) -> InputRequest:
+    """The request, or 404: a person sees every call's, an agent only its own calls'."""
+    row = InputRequest.objects.select_related("call").filter(pk=input_id).first()
+    agent = _agent(request)
+    if row is None or (agent is not None and row.call.requester_agent_id != agent.pk):
+        raise HttpError(404, f"no input request #{input_id}")
+    return row
+
+
+def _input_out(row: InputRequest, *, content: bool) -> dict[str, Any]:
+    return {**row.summary(), "content": row.content if content else None}
+
+
+def _may_answer(request: HttpRequest, row: InputRequest) -> bool:
+    return _agent(request) is None and call_inputs.can_answer(request.user, row.call)
+
+
+@api.get("/inputs", response=responses(list[InputOut]), tags=["inputs"])
+def list_inputs(request: HttpRequest) -> list[dict[str, Any]]:
+    """The open requests for input the caller may answer, oldest first: those of the calls
+    they asked for, and every one for an approver."""
+    user = _user(request)
+    return [_input_out(row, content=False) for row in call_inputs.open_requests(user)]
+
+
+@api.get("/inputs/{input_id}", response=responses(InputOut, codes=[404]), tags=["inputs"])
+def get_input(request: HttpRequest, input_id: int) -> dict[str, Any]:
+    """One request for input; its answer's `content` only for whoever may answer it."""
+    row = _input(request, input_id)
+    return _input_out(row, content=_may_answer(request, row))
+
+
+@api.post(
+    "/inputs/{input_id}/answer",
+    response={200: InputOut, 400: AnswerError, 401: Error, 403: Error, 404: Error, 409: Error},
+    tags=["inputs"],
+)
+def answer_input(request: HttpRequest, input_id: int, payload: AnswerIn) -> Status:
+    """Answer an open request for input: accept (a form with its `content`, checked against
+    what was asked: 400 lists every field that does not fit), decline or cancel. 409 when it
+    is no longer open (answered, expired, or its call ended). Whoever asked for the call, or
+    an approver, may answer; an agent token never."""
+    user = _user(request)
+    row = _input(request, input_id)
+    if not call_inputs.can_answer(user, row.call):
+        raise HttpError(403, "only whoever asked for the call, or an approver, may answer its requests for input")
+    try:
+        row = call_inputs.answer(row.pk, payload.action, payload.content, person=user)
+    except InputRequest.DoesNotExist:  # its call was deleted meanwhile
+        raise HttpError(404, f"no input request #{input_id}") from None
+    except call_inputs.InputError as exc:
+        if exc.status == 409:
+            raise HttpError(409, exc.message) from None
+        return Status(400, {"error": exc.message, "errors": exc.errors})
+    return Status(200, _input_out(row, content=True))
 
 
 # --- outbox ------------------------------------------------------------------------------------------

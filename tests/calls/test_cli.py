@@ -1,7 +1,7 @@
 """`manage.py mcp call|calls|approve|deny`: exit codes and the --json shapes.
 
-`mcp call` exits 0 succeeded, 1 failed, 2 usage, 3 waiting for approval, 4 queued and not
-finished within --wait; `call_command` raises SystemExit(code) for non-zero codes.
+`mcp call` exits 0 succeeded, 1 failed, 2 usage, 3 waiting for approval (or for input: see
+test_input_cli.py), 4 queued and not finished within --wait; `call_command` raises SystemExit(code) for non-zero codes.
 """
 
 from __future__ import annotations
@@ -90,7 +90,13 @@ def test_a_waiting_call_answers_its_summary_as_json(ops: Server) -> None:
     code, body = mcp_json("call", "ops__wipe", "--args", '{"disk": "sdb"}')
 
     assert code == 3
-    assert body == {"call_id": Call.objects.get().pk, "status": "waiting", "result": None, "error": None}
+    assert body == {
+        "call_id": Call.objects.get().pk,
+        "status": "waiting",
+        "result": None,
+        "error": None,
+        "waiting_for": "approval",
+    }
 
 
 def test_a_write_call_without_a_worker_exits_4_after_waiting(ops: Server) -> None:

@@ -27,6 +27,8 @@ SUBCOMMANDS = {
     "calls": ["calls"],
     "approve": ["approve", "1"],
     "deny": ["deny", "1", "--reason", "no"],
+    "inputs": ["inputs", "--json"],
+    "answer": ["answer", "1", "--decline"],
     "outbox": ["outbox", "--dead"],
     "redrive": ["redrive", "1"],
     "discard": ["discard", "1", "--reason", "no"],

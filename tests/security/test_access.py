@@ -1,6 +1,6 @@
 """Who may reach what: every route refuses strangers, CSRF guards every session write, the
 live socket refuses strangers and other origins, and an agent token never decides an
-approval or touches the outbox.
+approval, answers a request for input or touches the outbox.
 
 The route tests walk `get_resolver()`, so a route added later is covered without being
 listed here; only the few public ones are named, each with its reason.
@@ -66,6 +66,7 @@ def sample(vault: Server, waiting_call: Call, agent_token: tuple[Any, str]) -> d
         "name": vault.name,
         "exposed_name": "vault__peek",
         "call_id": waiting_call.pk,
+        "input_id": 1,
         "action_id": 1,
         "object_id": "1",
         "content_type_id": "1",
@@ -133,7 +134,7 @@ def test_every_api_route_and_the_metrics_answer_401_to_an_anonymous_client(sampl
         assert response["WWW-Authenticate"].startswith("Bearer")
         checked.append(name)
     assert "api:openapi-json" in checked and "metrics" in checked
-    assert len(checked) >= 17, checked  # the 16 API routes of today, and the metrics
+    assert len(checked) >= 20, checked  # the 19 API routes of today, and the metrics
 
 
 def test_a_revoked_or_unknown_token_is_as_good_as_none(sample: dict[str, Any], agent_token: tuple[Any, str]) -> None:
@@ -276,7 +277,7 @@ def test_a_page_post_with_the_csrf_token_goes_through(sample: dict[str, Any], ap
 def test_every_api_write_with_a_session_needs_the_csrf_token(sample: dict[str, Any], admin_user: User) -> None:
     client, _ = _csrf_client(admin_user)
     bodies = {"api:deny_call": {"reason": "csrf"}, "api:discard_action": {"reason": "csrf"},
-              "api:make_call": {"tool": "vault__peek"}}  # fmt: skip
+              "api:make_call": {"tool": "vault__peek"}, "api:answer_input": {"action": "decline"}}  # fmt: skip
     checked = []
     for name, pattern in named_routes():
         if not _is_api(name) or name in NOT_FOUND_FOR_ALL:
@@ -290,7 +291,7 @@ def test_every_api_write_with_a_session_needs_the_csrf_token(sample: dict[str, A
         checked.append(name)
     assert sorted(checked) == sorted(
         ["api:refresh_server", "api:make_call", "api:approve_call", "api:deny_call",
-         "api:redrive_action", "api:discard_action", "api:resolve_action"]
+         "api:redrive_action", "api:discard_action", "api:resolve_action", "api:answer_input"]
     )  # fmt: skip
     assert not Call.objects.exclude(pk=sample["call_id"]).exists()
     _assert_waiting(Call.objects.get(pk=sample["call_id"]))
@@ -317,11 +318,13 @@ AGENT_FORBIDDEN = [
     ("post", "/api/v1/outbox/1/discard", {"reason": "an agent discards"}),
     ("post", "/api/v1/outbox/1/resolve", {}),
     ("post", "/api/v1/servers/vault/refresh", {}),
+    ("get", "/api/v1/inputs", None),
+    ("post", "/api/v1/inputs/1/answer", {"action": "decline"}),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "body"), AGENT_FORBIDDEN)
-def test_an_agent_token_cannot_decide_approvals_or_touch_the_outbox(
+def test_an_agent_token_cannot_decide_approvals_answer_inputs_or_touch_the_outbox(
     method: str, path: str, body: dict[str, Any] | None, waiting_call: Call, agent_token: tuple[Any, str]
 ) -> None:
     client = Client(headers={"Authorization": f"Bearer {agent_token[1]}"})

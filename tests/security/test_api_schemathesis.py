@@ -106,7 +106,8 @@ def test_the_fuzzing_reached_the_views_not_just_the_door() -> None:
             assert by_operation[label][200] > 0, (persona, label, by_operation[label])
     agent = SEEN["agent"]
     for label in ("GET /api/v1/approvals", "GET /api/v1/outbox", "POST /api/v1/approvals/{call_id}/approve",
-                  "POST /api/v1/outbox/{action_id}/redrive", "POST /api/v1/servers/{name}/refresh"):  # fmt: skip
+                  "POST /api/v1/outbox/{action_id}/redrive", "POST /api/v1/servers/{name}/refresh",
+                  "GET /api/v1/inputs", "POST /api/v1/inputs/{input_id}/answer"):  # fmt: skip
         assert agent[label][403] > 0 and agent[label][200] == 0, (label, agent[label])
     assert SEEN["admin"]["GET /api/v1/approvals"][200] > 0
     for persona, by_operation in SEEN.items():
@@ -150,6 +151,13 @@ def test_every_status_the_api_answers_is_in_its_schema(waiting_call: Any, agent_
         ("get", "/api/v1/calls/{call_id}", agent.get("/api/v1/calls/not-a-number")),
         ("get", "/api/v1/tools", agent.get("/api/v1/tools?status=retired")),
         ("get", "/api/v1/calls", agent.get("/api/v1/calls?offset=many")),
+        ("get", "/api/v1/inputs", agent.get("/api/v1/inputs")),
+        ("get", "/api/v1/inputs/{input_id}", agent.get("/api/v1/inputs/not-a-number")),
+        (
+            "post",
+            "/api/v1/inputs/{input_id}/answer",
+            agent.post("/api/v1/inputs/1/answer", {"action": "maybe"}, content_type="application/json"),
+        ),
     ]
     undocumented = {
         f"{method.upper()} {path} -> {response.status_code}"

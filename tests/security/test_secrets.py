@@ -84,6 +84,7 @@ def _admin_sample(vault: Server, call: Call, agent_token: tuple[Any, str], admin
         "exposed_name": "vault__peek",
         "call_id": call.pk,
         "action_id": getattr(getattr(call, "action", None), "pk", 1),
+        "input_id": 1,
         "content_type_id": "1",
         "id": str(admin.pk),
         "app_label": "catalog",
