@@ -477,7 +477,9 @@ class Connection:
         except MCPError as exc:
             return exc.error
         except ValidationError as exc:
-            logger.warning("%s: an answer to a request for input was not valid: %s", self.config.name, exc)
+            # Where, never what: an answer is never logged.
+            where = sorted({".".join(str(p) for p in e.get("loc", ())) for e in exc.errors(include_input=False)})
+            logger.warning("%s: an answer to a request for input was not valid at %s", self.config.name, where)
             return types.ErrorData(code=types.INTERNAL_ERROR, message="the host could not form an answer")
         except Exception as exc:  # boundary: the server is answered, whatever went wrong
             logger.exception("%s: a request for input could not be answered", self.config.name)

@@ -1,7 +1,8 @@
 """server-everything (npm, as users run it) asks a person in a real browser, end to end.
 
-The host gets server-everything over stdio, trusted, its `trigger-elicitation-request` and
-`trigger-url-elicitation` run at once (an admin's read-only override). `mcp call` starts each
+The host gets server-everything twice, trusted: `everything` over stdio and `web` over
+Streamable HTTP; their `trigger-elicitation-request` and `trigger-url-elicitation` run at
+once (an admin's read-only override). `mcp call` starts each
 call from the CLI (the call lives in its process, which waits); the admin answers in the
 browser from the Input queue; the call ends as the server makes of the answer (accepted,
 declined, cancelled), on the call's page and in the CLI's output.
@@ -17,6 +18,7 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.gateway.test_offers import everything_url  # noqa: F401  (server-everything over HTTP)
 from tests.host import RunningHost
 from tests.mcp.test_interop import EVERYTHING, NODE, _need_node
 
@@ -24,22 +26,26 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 FORM = "everything__trigger-elicitation-request"
 URL = "everything__trigger-url-elicitation"
+TOOLS = [f"{s}__{t}" for s in ("everything", "web") for t in ("trigger-elicitation-request", "trigger-url-elicitation")]
 _ready: set[str] = set()
 
 
-def _with_everything(host: RunningHost, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _with_everything(host: RunningHost, url: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     if host.url in _ready:
         return
     _need_node()
     config = tmp_path_factory.mktemp("everything") / "servers.json"
-    servers = {"everything": {"command": str(NODE), "args": [str(EVERYTHING)], "trusted": True}}
+    servers = {
+        "everything": {"command": str(NODE), "args": [str(EVERYTHING)], "trusted": True},
+        "web": {"type": "http", "url": url, "trusted": True},
+    }
     config.write_text(json.dumps({"mcpServers": servers}))
     host.manage("mcp", "import", str(config), "--refresh")
     host.manage(
         "shell",
         "-c",
         "from hostapp.catalog import actions; from hostapp.catalog.models import Tool; "
-        f"[actions.set_class_override(Tool.objects.get(exposed_name=n), 'read_only') for n in ({FORM!r}, {URL!r})]",
+        f"[actions.set_class_override(Tool.objects.get(exposed_name=n), 'read_only') for n in {TOOLS!r}]",
     )
     _ready.add(host.url)
 
@@ -54,7 +60,7 @@ def _answer_page(page: Page, tool: str) -> None:
     card = page.locator("article.input-request", has_text=tool).last
     expect(card).to_be_visible()
     card.get_by_role("link", name="Answer").click()
-    expect(page.locator(".input-ask .input-server")).to_have_text("everything")
+    expect(page.locator(".input-ask .input-server")).to_have_text(tool.split("__")[0])
 
 
 def _ended(proc: subprocess.Popen[str]) -> dict[str, object]:
@@ -71,17 +77,19 @@ def _text(summary: dict[str, object]) -> str:
 
 
 @pytest.fixture
-def everything(host: RunningHost, tmp_path_factory: pytest.TempPathFactory) -> RunningHost:
-    _with_everything(host, tmp_path_factory)
+def everything(host: RunningHost, everything_url: str, tmp_path_factory: pytest.TempPathFactory) -> RunningHost:  # noqa: F811
+    _with_everything(host, everything_url, tmp_path_factory)
     return host
 
 
+@pytest.mark.parametrize("server", ["everything", "web"])
 def test_a_person_answers_server_everythings_form_and_the_call_ends_with_the_answer(
-    login: Callable[..., Page], everything: RunningHost
+    login: Callable[..., Page], everything: RunningHost, server: str
 ) -> None:
     page = login()
-    running = _call(everything, FORM, {})
-    _answer_page(page, FORM)
+    tool = f"{server}__trigger-elicitation-request"
+    running = _call(everything, tool, {})
+    _answer_page(page, tool)
     form = page.locator("#input-form")
     expect(form.get_by_label("String with default", exact=True)).to_have_value("It was a dark and stormy night.")
     form.get_by_label("String", exact=True).fill("Grace Hopper")
@@ -117,8 +125,9 @@ def test_a_url_request_is_opened_by_the_person_and_then_accepted(
     login: Callable[..., Page], everything: RunningHost
 ) -> None:
     page = login()
-    running = _call(everything, URL, {"url": "https://example.com/connect?step=1"})
-    _answer_page(page, URL)
+    tool = "web__trigger-url-elicitation"  # over Streamable HTTP (the stdio one answers the same)
+    running = _call(everything, tool, {"url": "https://example.com/connect?step=1"})
+    _answer_page(page, tool)
     expect(page.get_by_text("https://example.com/connect?step=1")).to_be_visible()
     assert len(page.context.pages) == 1  # nothing opened by itself
     page.get_by_role("button", name="I have done it").click()
