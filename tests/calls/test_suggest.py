@@ -9,6 +9,7 @@ import time
 from io import StringIO
 from typing import Any
 
+import mcp_types as types
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
@@ -18,6 +19,7 @@ from django.urls import reverse
 from hostapp.calls import actions, suggest
 from hostapp.calls.models import ApprovalCost, Call
 from hostapp.calls.suggest import ALLOW, ASK, BLOCK, Costs
+from tests.calls.test_agent_read_lane import Agent
 from tests.catalog.conftest import listed, make_server, tool_def
 
 pytestmark = pytest.mark.django_db
@@ -343,3 +345,30 @@ def test_when_acting_on_the_suggestion_fails_the_call_waits_for_a_person(mail: N
     monkeypatch.setattr(actions, "approve", finished_meanwhile)
     other = actions.start_call("mail__send", {"to": "ann@corp.example"}, REQUESTER)
     assert other.status == Call.BLOCKED and told == [call.pk]  # as it is now, and nobody told of it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_denied_on_a_suggestion_is_told_to_ask_a_person_and_hears_the_reversal(
+    mail: None, admin_user: Any, settings: Any
+) -> None:
+    """Through the agents' endpoint (its handler, as the SDK calls it): the denial is a tool
+    error the agent can act on; a person reopens and approves; the status tool says so."""
+    settings.PATCHBAY_AGENT_WRITE_WAIT = 0  # approved, it is queued (no worker here)
+    ApprovalCost.objects.create(server_name="mail", wrong_allow=50, wrong_block=5, ask=1, act=True)
+    for _ in range(20):
+        answered("mail__send", Call.REFUSED_BY_PERSON, {"to": "everyone@corp.example"}, requester="bot")
+    agent = Agent("bot")
+    try:
+        denied = agent.call("mail__send", {"to": "everyone@corp.example"})
+        call = Call.objects.get(tool_name="mail__send", requester_agent_id=agent.pk)
+        assert call.status == Call.DENIED and call.decided_by_suggestion
+        text = " ".join(c.text for c in denied.content if isinstance(c, types.TextContent))
+        assert denied.is_error and f"Call #{call.pk} was denied by suggestion" in text
+        assert f"ask one to reopen call #{call.pk} on Patchbay, then ask for its status" in text
+
+        actions.reopen(call.pk, admin_user)
+        actions.approve(call.pk, admin_user)
+        status = agent.call("patchbay__call_status", {"call_id": call.pk})
+        assert status.structured_content == {"call_id": call.pk, "tool": "mail__send", "status": Call.QUEUED}
+    finally:
+        agent.close()
