@@ -20,8 +20,10 @@ from django.utils import timezone
 
 from hostapp.catalog.models import Tool
 from hostapp.catalog.pool import apool_for, pool_for
+from hostapp.core.events import send_event
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import CallWatch, McpFailure, result_failure
+from hostapp.mcp import LOG_LEVELS, CallWatch, McpFailure, result_failure
+from hostapp.mcp.sanitize import clean_text
 
 from . import inputs, life, notify
 from .models import Call, Rule
@@ -203,6 +205,7 @@ def run_now(call: Call, tool: Tool) -> Call:
     pool = pool_for(tool.server)
     call.tool = tool
     settled = threading.Event()
+    # A person answers its server's requests for input (`arun_now` shows the rest on its page).
     watch = CallWatch(on_elicit=inputs.person_answers(_known(call.pk), on_open=lambda row: settled.set()))
     running = pool.spawn(arun_now(call, watch))
     running.add_done_callback(lambda _: settled.set())
@@ -223,8 +226,51 @@ def _known(call_id: int) -> Any:
 
 def person_watch(call_id: int, **hooks: Any) -> CallWatch:
     """What a call nobody else listens to hears: its server's requests for input go to a
-    person (`inputs.person_answers`, with its `on_open` and `waiting` hooks)."""
-    return CallWatch(on_elicit=inputs.person_answers(_known(call_id), **hooks))
+    person (`inputs.person_answers`, with its `on_open` and `waiting` hooks); its progress
+    and log messages to its page (`shown`)."""
+    return shown(call_id, CallWatch(on_elicit=inputs.person_answers(_known(call_id), **hooks)))
+
+
+# The call's page is told of its server's log messages at this level and above, the first
+# PAGE_LOG_LINES of them (a chatty server must not flood every open page).
+PAGE_LOG_LEVEL = "info"
+PAGE_LOG_LINES = 200
+
+
+def shown(call_id: int, watch: CallWatch | None = None) -> CallWatch:
+    """`watch`, and the call's page: its server's progress and log messages reach the page
+    live (`call.progress`, `call.log`, not stored), whoever else hears them."""
+    base = watch or CallWatch()
+    lines = 0
+
+    def on_progress(progress: float, total: float | None, message: str | None) -> Any:
+        text = clean_text(message, 300) if message else ""
+        send_event("call.progress", {"id": call_id, "progress": progress, "total": total, "message": text})
+        return base.on_progress(progress, total, message) if base.on_progress is not None else None
+
+    def on_log(entry: dict[str, Any]) -> Any:
+        nonlocal lines
+        level = entry.get("level", "")
+        if lines < PAGE_LOG_LINES and LOG_LEVELS.index(level) >= LOG_LEVELS.index(PAGE_LOG_LEVEL):
+            lines += 1
+            data = entry.get("data")
+            words = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+            line = {
+                "level": level,
+                "logger": clean_text(entry.get("logger") or "", 100),
+                "data": clean_text(words, 1000),
+            }
+            send_event("call.log", {"call_id": call_id, **line})
+        return base.on_log(entry) if base.on_log is not None and base.hears(level) else None
+
+    asked = [PAGE_LOG_LEVEL] + ([base.log_level] if base.log_level in LOG_LEVELS else [])
+    return CallWatch(
+        on_progress=on_progress,
+        on_log=on_log,
+        log_level=min(asked, key=LOG_LEVELS.index),
+        on_sample=base.on_sample,
+        on_elicit=base.on_elicit,
+    )
 
 
 async def arun_now(call: Call, watch: CallWatch | None = None) -> Call:
@@ -234,8 +280,7 @@ async def arun_now(call: Call, watch: CallWatch | None = None) -> Call:
     tool = call.tool
     assert tool is not None
     pool = await apool_for(tool.server)
-    if watch is None:
-        watch = person_watch(call.pk)
+    watch = person_watch(call.pk) if watch is None else shown(call.pk, watch)
     started = time.perf_counter()
     result: dict[str, Any] | None = None
     failure: McpFailure | None

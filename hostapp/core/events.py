@@ -120,6 +120,12 @@ def _send(kind: str, data: dict[str, Any]) -> None:
     _sender.submit((kind, data))
 
 
+def send_event(kind: str, data: dict[str, Any] | None = None) -> None:
+    """Queue an event that stands for no change of the database (a call's progress, a
+    server's log line), from any thread: it leaves at once, batched as the others."""
+    _send(kind, dict(data or {}))
+
+
 def send_event_on_commit(kind: str, data: dict[str, Any] | None = None) -> None:
     """Queue an event for open pages; it leaves only if the surrounding transaction commits."""
     payload = dict(data or {})

@@ -663,7 +663,7 @@ class Gateway:
         failure: McpFailure | None = None
         try:
             result = await pool.acall_tool(
-                tool.server.name, call.original_name, call.arguments, watch=watch, rounds=rounds
+                tool.server.name, call.original_name, call.arguments, watch=calls.shown(call.pk, watch), rounds=rounds
             )
             failure = None if input_required(result) else result_failure(result, call.original_name)
         except McpFailure as exc:

@@ -135,3 +135,25 @@ def test_a_url_request_is_opened_by_the_person_and_then_accepted(
     summary = _ended(running)
     assert summary["status"] == "succeeded"
     assert '"action": "accept"' in _text(summary)
+
+
+def test_the_call_page_shows_the_servers_progress_live(login: Callable[..., Page], everything: RunningHost) -> None:
+    """server-everything's long-running tool reports each step; its call's page shows them as
+    they come (nothing of it is stored), and then the result."""
+    page = login()
+    tool = "everything__trigger-long-running-operation"
+    running = _call(everything, tool, {"duration": 8, "steps": 8})
+    page.goto(f"/calls/?tool={tool}")
+    row = page.locator("tr.call-row").first
+    expect(row).to_have_attribute("data-status", "running")
+    row.locator("a").first.click()
+    expect(page.locator("html")).to_have_attribute("data-live", "connected")
+
+    expect(page.locator("#call-activity")).to_be_visible()
+    expect(page.locator("#call-progress-text")).to_have_text(re.compile(r"^[1-8] of 8$"))
+    expect(page.locator("#call-progress-bar")).to_have_attribute("max", "8")
+
+    summary = _ended(running)
+    assert summary["status"] == "succeeded"
+    expect(page.locator("#call-status")).to_have_text("succeeded")
+    expect(page.locator("#call-progress-text")).to_have_text(re.compile(r"^[5-8] of 8$"))
