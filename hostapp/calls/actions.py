@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
@@ -22,7 +23,7 @@ from hostapp.catalog.models import Tool
 from hostapp.catalog.pool import apool_for, pool_for
 from hostapp.core.events import send_event
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import LOG_LEVELS, CallWatch, McpFailure, result_failure
+from hostapp.mcp import LOG_LEVELS, CallWatch, McpFailure, errors, result_failure
 from hostapp.mcp.sanitize import clean_text
 
 from . import inputs, life, notify
@@ -276,12 +277,14 @@ def shown(call_id: int, watch: CallWatch | None = None) -> CallWatch:
 async def arun_now(call: Call, watch: CallWatch | None = None) -> Call:
     """:func:`run_now` for async callers: the upstream call is awaited, no thread waits on it;
     `watch` hears the server's progress and log messages meanwhile (and its requests for
-    input: a person answers them when `watch` is None)."""
+    input: a person answers them when `watch` is None). Cancelled (the agent went away), the
+    request is cancelled at the server and the call is on record as ended so."""
     tool = call.tool
     assert tool is not None
     pool = await apool_for(tool.server)
     watch = person_watch(call.pk) if watch is None else shown(call.pk, watch)
     started = time.perf_counter()
+    finish = sync_to_async(life.finish, thread_sensitive=False)
     result: dict[str, Any] | None = None
     failure: McpFailure | None
     try:
@@ -289,9 +292,11 @@ async def arun_now(call: Call, watch: CallWatch | None = None) -> Call:
         failure = result_failure(result, call.original_name)
     except McpFailure as exc:
         failure = exc
-    return await sync_to_async(life.finish, thread_sensitive=False)(
-        call, result, failure, time.perf_counter() - started
-    )
+    except asyncio.CancelledError:
+        gone = errors.ambiguous_error("the caller went away before the call finished", reason="cancelled")
+        await asyncio.shield(finish(call, None, gone, time.perf_counter() - started))
+        raise
+    return await finish(call, result, failure, time.perf_counter() - started)
 
 
 def record_ran(
