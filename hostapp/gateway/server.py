@@ -177,11 +177,23 @@ def _without_meta(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k not in ("_meta", "resultType")}
 
 
-def _mcp_error(failure: McpFailure) -> MCPError:
+# A server's error data larger than this (bytes of JSON) does not reach the agent.
+ERROR_DATA_CAP = 4096
+
+
+def _mcp_error(failure: McpFailure, uri: str | None = None) -> MCPError:
     """A server's failure as the agent is answered: the server's own JSON-RPC error (its code
-    where it is one of the protocol's), else an internal error naming the server."""
-    code = failure.code if failure.code is not None and -32768 <= failure.code <= -32000 else INTERNAL_ERROR
-    return MCPError(code, str(failure))
+    where it is one of the protocol's, and its data, capped), else an internal error naming
+    the server. `uri`: the resource as the agent named it, in place of the server's own in
+    the data (SEP-2164's `data.uri`)."""
+    if failure.code is None or not -32768 <= failure.code <= -32000:
+        return MCPError(INTERNAL_ERROR, str(failure))
+    data = failure.data
+    if uri is not None and isinstance(data, dict) and "uri" in data:
+        data = {**data, "uri": uri}
+    if data is not None and len(json.dumps(data, default=str)) > ERROR_DATA_CAP:
+        data = None
+    return MCPError(failure.code, str(failure), data)
 
 
 def _fingerprints(catalog: Catalog, agent: AgentInfo) -> dict[str, int]:
@@ -524,7 +536,7 @@ class Gateway:
             server, uri = catalog.offers.route(agent, params.uri)
         except LookupError as exc:  # resource not found (SEP-2164: -32602, the URI in data)
             raise MCPError(INVALID_PARAMS, str(exc), {"uri": params.uri}) from None
-        outcome = await self._read(reads.aread_resource(server, uri, self._requester(agent)))
+        outcome = await self._read(reads.aread_resource(server, uri, self._requester(agent)), params.uri)
         result = dict(outcome)
         result["contents"] = agent_content(agent, server.name, result.get("contents"))
         return types.ReadResourceResult.model_validate(_without_meta(result))
@@ -561,14 +573,15 @@ class Gateway:
         return calls.Requester(Call.AGENT, agent.name, agent=agent)
 
     @staticmethod
-    async def _read(reading: Any) -> dict[str, Any]:
-        """A read's result, or the MCPError the agent is answered with."""
+    async def _read(reading: Any, uri: str | None = None) -> dict[str, Any]:
+        """A read's result, or the MCPError the agent is answered with (`uri`: the resource as
+        the agent named it)."""
         try:
             outcome = await reading
         except reads.ReadError as exc:
             raise MCPError(INVALID_PARAMS if exc.status in (400, 404) else REFUSED, exc.message) from None
         if outcome.failure is not None:
-            raise _mcp_error(outcome.failure)
+            raise _mcp_error(outcome.failure, uri)
         return outcome.result or {}
 
     def forget_routes(self) -> None:
