@@ -113,6 +113,12 @@ def _refusal(server: Server, requester: Requester, prompt: Prompt | None) -> tup
     return None
 
 
+def decoded_size(blob: str) -> int:
+    """How many bytes a base64 text holds (its padding is none of them)."""
+    data = "".join(blob.split())
+    return max(0, len(data) * 3 // 4 - (len(data) - len(data.rstrip("="))))
+
+
 def _parts(kind: str, result: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
     """How much came back (bytes) and each part's type, for the record."""
     size, parts = 0, []
@@ -127,7 +133,7 @@ def _parts(kind: str, result: dict[str, Any]) -> tuple[int, list[dict[str, Any]]
             part = {"mimeType": str(item.get("mimeType") or "")[:200]}
             content = item
         text, blob = content.get("text"), content.get("data") or content.get("blob")
-        n = len(text.encode()) if isinstance(text, str) else (len(blob) * 3 // 4 if isinstance(blob, str) else 0)
+        n = len(text.encode()) if isinstance(text, str) else (decoded_size(blob) if isinstance(blob, str) else 0)
         size += n
         parts.append({**part, "bytes": n})
         if len(parts) >= 100:
@@ -204,10 +210,24 @@ def read_resource(server: Server, uri: Any, requester: Requester) -> ReadOutcome
     return _finish(row, result, failure, time.perf_counter() - started)
 
 
+def _given(arguments: Any) -> dict[str, str]:
+    """A prompt's arguments as a refused read keeps them (what could be kept of them)."""
+    if not isinstance(arguments, dict):
+        return {}
+    return {str(k)[:200]: str(v)[:MAX_ARGUMENT_CHARS] for k, v in list(arguments.items())[:MAX_PROMPT_ARGUMENTS]}
+
+
+def _prompt_row(prompt: Prompt, arguments: Any, requester: Requester) -> tuple[Read, dict[str, str]]:
+    """The row of a prompt's read and its checked arguments: a refusal first (on record
+    whatever the arguments), then the arguments (ReadError, 400)."""
+    row = _check(Read.PROMPT, prompt.server, prompt.exposed_name, requester, storable(_given(arguments)), prompt)
+    row.arguments = prompt_arguments(prompt, arguments)
+    return row, row.arguments
+
+
 def get_prompt(prompt: Prompt, arguments: Any, requester: Requester) -> ReadOutcome:
     """Fill `prompt` in with `arguments`, on record (ReadError when it may not be)."""
-    checked = prompt_arguments(prompt, arguments)
-    row = _check(Read.PROMPT, prompt.server, prompt.exposed_name, requester, checked, prompt)
+    row, checked = _prompt_row(prompt, arguments, requester)
     started = time.perf_counter()
     try:
         result = pool_for(prompt.server).get_prompt(prompt.server.name, prompt.original_name, checked)
@@ -232,10 +252,7 @@ async def aread_resource(server: Server, uri: Any, requester: Requester) -> Read
 
 async def aget_prompt(prompt: Prompt, arguments: Any, requester: Requester) -> ReadOutcome:
     """:func:`get_prompt` for async callers."""
-    checked = prompt_arguments(prompt, arguments)
-    row = await sync_to_async(_check, thread_sensitive=False)(
-        Read.PROMPT, prompt.server, prompt.exposed_name, requester, checked, prompt
-    )
+    row, checked = await sync_to_async(_prompt_row, thread_sensitive=False)(prompt, arguments, requester)
     server = prompt.server
     pool = await apool_for(server)
     started = time.perf_counter()

@@ -41,19 +41,26 @@ def log(tmp_path: Path) -> Iterator[Path]:
     close_pool()
 
 
-def _cancellations(log: Path) -> int:
+def _noted(log: Path, what: str) -> int:
     lines = log.read_text().splitlines() if log.exists() else []
-    return sum(1 for line in lines if json.loads(line).get("cancelled") == "wait")
+    return sum(1 for line in lines if json.loads(line).get(what) == "wait")
 
 
-def _give_up(agent: Agent) -> None:
-    """The agent calls `inp__wait` and goes away once the call is on record as running."""
+def _cancellations(log: Path) -> int:
+    return _noted(log, "cancelled")
+
+
+def _give_up(agent: Agent, log: Path) -> None:
+    """The agent calls `inp__wait` and goes away once the server has it and the call is on
+    record as running."""
 
     async def scenario() -> None:
+        started = _noted(log, "started")
         task = asyncio.ensure_future(agent.acall("inp__wait", {}))
 
         def running() -> bool:
-            return Call.objects.filter(tool_name="inp__wait", status=Call.RUNNING).count() > 0
+            on_record = Call.objects.filter(tool_name="inp__wait", status=Call.RUNNING).count() > 0
+            return on_record and _noted(log, "started") > started
 
         await sync_to_async(wait_until, thread_sensitive=False)(running, timeout=20, what="the call to run")
         task.cancel()
@@ -61,7 +68,9 @@ def _give_up(agent: Agent) -> None:
             await task
         # What the endpoint writes after the agent is gone runs on its loop: let it.
         await sync_to_async(wait_until, thread_sensitive=False)(
-            lambda: not running(), timeout=20, what="the call to be on record as ended"
+            lambda: not Call.objects.filter(tool_name="inp__wait", status=Call.RUNNING).exists(),
+            timeout=20,
+            what="the call to be on record as ended",
         )
 
     agent.loop.run_until_complete(scenario())
@@ -72,11 +81,11 @@ def test_an_agent_that_goes_away_cancels_its_call_at_the_server(log: Path, warm:
     agent = Agent("quitter")
     try:
         if warm:  # a first call reads the policy: the next one is sent before its row is written
-            _give_up(agent)
+            _give_up(agent, log)
             wait_until(lambda: _cancellations(log) == 1, timeout=20, what="the first cancellation")
             assert agent.fast("inp__wait", {})
         before = _cancellations(log)
-        _give_up(agent)
+        _give_up(agent, log)
     finally:
         agent.close()
 

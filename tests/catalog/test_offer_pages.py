@@ -224,7 +224,7 @@ def test_a_changed_prompt_is_shown_side_by_side_and_is_not_filled_in(plain_clien
     refused = plain_client.post(url, {"arg_0": "Ann", "arg_1": "hunter2"})
     assert refused.status_code == 403
     assert "quarantined: a person must review it first" in body(refused)
-    # ... and when it does not (reads.py checks the arguments first: nothing is sent either way).
+    # ... and when it does not: the page refuses it as it stands (nothing is sent either way).
     assert plain_client.post(url, {"arg_0": "Ann"}).status_code == 403
     read = Read.objects.get()
     assert (read.kind, read.target, read.outcome, read.requester_name) == ("prompt", "docs__greet", "refused", "olivia")
@@ -429,8 +429,8 @@ def test_a_resource_is_read_and_shown_safely_each_time_on_record(offers_server: 
     assert reads == [
         ("offers://notes/readme", "ok", "olivia", 44),
         ("offers://data/config.json", "ok", "olivia", 74),
-        ("offers://images/dot.png", "ok", "olivia", 75),  # 73, as reads.py counts base64 (padding too)
-        ("offers://files/archive.bin", "ok", "olivia", 1026),  # 1024
+        ("offers://images/dot.png", "ok", "olivia", 73),  # the PNG's bytes (its base64 padding is none of them)
+        ("offers://files/archive.bin", "ok", "olivia", 1024),
         ("offers://pages/hostile.html", "ok", "olivia", 81),
         ("offers://notes/big", "ok", "olivia", 560000),
     ]
@@ -592,7 +592,7 @@ def test_the_reads_page_says_who_read_what_when_and_how_it_ended(
     assert "olivia" in page and "alice" in page
     assert f'<a href="{reverse("prompt", args=["offers__greet"])}"><code>offers__greet</code></a>' in page
     assert "<code>{&quot;name&quot;: &quot;Ann&quot;}</code>" in page
-    assert "75\xa0bytes" in page and " ms</td>" in page
+    assert "73\xa0bytes" in page and " ms</td>" in page
 
     only_refused = body(plain_client.get(reverse("reads"), {"outcome": "refused"}))
     assert only_refused.count('class="read-row"') == 1
