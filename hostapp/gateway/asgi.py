@@ -19,6 +19,7 @@ from hostapp.core.events import CALLS_GROUP, CATALOG_GROUP
 from .agent_view import AgentInfo
 from .models import hash_token
 from .notices import current_agent
+from .resumption import RETRY_MS, RecentEvents
 from .server import AGENT_SCOPE_KEY, Gateway
 from .tokens import authenticate, current_agents
 
@@ -106,7 +107,12 @@ class GatewayApp:
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True, allowed_hosts=_hosts(), allowed_origins=allowed_origins()
         )
-        self.app = self.gateway.server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
+        self.app = self.gateway.server.streamable_http_app(
+            streamable_http_path="/mcp",
+            transport_security=security,
+            event_store=RecentEvents(),  # a 2025-era stream broken mid-call is resumed (resumption.py)
+            retry_interval=RETRY_MS,
+        )
         self._ready: asyncio.Event | None = None
         self._runner: asyncio.Task[None] | None = None
 
