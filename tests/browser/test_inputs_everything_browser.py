@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.gateway.test_offers import everything_url  # noqa: F401  (server-everything over HTTP)
+from tests.gateway.conftest import everything_url  # noqa: F401  (server-everything over HTTP)
 from tests.host import RunningHost
 from tests.mcp.test_interop import EVERYTHING, NODE, _need_node
 

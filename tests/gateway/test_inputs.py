@@ -24,8 +24,7 @@ import mcp_types as types
 import pytest
 
 from tests.gateway.agents import agent, text
-from tests.gateway.conftest import GatewayHost
-from tests.gateway.test_offers import _rows, everything_url, offers_host  # noqa: F401  (the host these tests share)
+from tests.gateway.conftest import GatewayHost, _rows
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -35,7 +34,7 @@ WORKER = "web__trigger-elicitation-request"  # delivered by a worker
 
 
 @pytest.fixture(scope="module")
-def host(offers_host: GatewayHost) -> GatewayHost:  # noqa: F811
+def host(offers_host: GatewayHost) -> GatewayHost:
     offers_host.manage(
         "shell",
         "-c",

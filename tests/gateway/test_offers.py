@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sqlite3
-from collections.abc import Iterator
 from typing import Any
 
 import mcp
@@ -28,63 +26,13 @@ import pytest
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.gateway.agents import MODES, agent
-from tests.gateway.conftest import GatewayHost, _Hosts
-from tests.helpers import free_port, wait_until
-from tests.mcp.test_interop import EVERYTHING, LOOPBACK_PRELOAD, NODE, _need_node, _serve
+from tests.gateway.conftest import GatewayHost, _rows
 
 pytestmark = pytest.mark.slow
 
 PROMPTS = ["args-prompt", "completable-prompt", "resource-prompt", "simple-prompt"]
 DOCUMENT = "demo://resource/static/document/architecture.md"
 TEMPLATE = "demo://resource/dynamic/text/{resourceId}"
-TOKENS = {"all": [], "own": ["--servers", "web", "--no-prefix"], "simple": ["--servers", "everything"]}
-
-
-@pytest.fixture(scope="module")
-def everything_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """server-everything over Streamable HTTP, for the host and for a direct client."""
-    _need_node()
-    port = free_port()
-    log = tmp_path_factory.mktemp("everything") / "everything.log"
-    argv = [str(NODE), "--import", LOOPBACK_PRELOAD, str(EVERYTHING), "streamableHttp"]
-    with _serve(argv, env={"PATH": "/usr/bin:/bin", "PORT": str(port)}, port=port, path="/mcp", log=log) as served:
-        yield served.url
-
-
-@pytest.fixture(scope="module")
-def offers_host(gateway_hosts: _Hosts, everything_url: str, tmp_path_factory: pytest.TempPathFactory) -> GatewayHost:
-    host = gateway_hosts.get("offers")
-    config = tmp_path_factory.mktemp("offers") / "servers.json"
-    servers = {
-        "everything": {"command": str(NODE), "args": [str(EVERYTHING)], "trusted": True},
-        "web": {"type": "http", "url": everything_url, "trusted": True},
-    }
-    config.write_text(json.dumps({"mcpServers": servers}))
-    host.mcp("import", str(config), "--refresh")
-    wait_until(lambda: len(_rows(host, "SELECT exposed_name FROM catalog_prompt WHERE status = 'active'")) == 8)
-    # An admin's class override: these tools must run in the web process, the one that
-    # holds the subscriptions and the agent's session (a write would be a worker's).
-    host.manage(
-        "shell",
-        "-c",
-        "from hostapp.catalog import actions; from hostapp.catalog.models import Tool; "
-        "[actions.set_class_override(Tool.objects.get(exposed_name=f'{s}__{t}'), 'read_only')"
-        " for s in ('everything', 'web') for t in ('toggle-subscriber-updates', 'trigger-sampling-request')]",
-    )
-    for name, args in TOKENS.items():
-        extra = ["--tools", "everything__simple-*"] if name == "simple" else []
-        created = json.loads(host.mcp("token", "create", name, *args, *extra, "--json").stdout)
-        host.tokens[name] = created["token"]
-    return host
-
-
-def _rows(host: GatewayHost, sql: str) -> list[tuple[Any, ...]]:
-    db = host.data_dir / "patchbay.sqlite3"
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
-        try:
-            return conn.execute(sql).fetchall()
-        except sqlite3.OperationalError:  # not migrated yet
-            return []
 
 
 def _reads(host: GatewayHost, requester: str) -> list[tuple[str, str, str, str]]:
