@@ -48,7 +48,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -268,7 +268,7 @@ def _still_there(fields: dict[str, Any]) -> dict[str, Any]:
     gone: dict[str, None] = {}
     for link in (Call.tool.field, Call.requester_agent.field):
         pk = fields.get(link.attname)
-        if pk is not None and not link.related_model._default_manager.filter(pk=pk).exists():
+        if pk is not None and not QuerySet(model=link.related_model).filter(pk=pk).exists():
             gone[link.attname] = None
     return {**fields, **gone}
 
