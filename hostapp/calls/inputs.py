@@ -673,7 +673,3 @@ def open_requests(user: Any = None) -> list[InputRequest]:
     if user is None:
         return rows
     return [row for row in rows if can_answer(user, row.call)]
-
-
-def open_count() -> int:
-    return InputRequest.objects.filter(status=InputRequest.OPEN).count()
