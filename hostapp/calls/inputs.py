@@ -434,10 +434,15 @@ def answer(
 
 def expire(request_id: int) -> InputRequest:
     """Nobody answered in time: the host answers "cancel" for them."""
+    return _end_by_host(request_id, InputRequest.EXPIRED, "input_expired")
+
+
+def _end_by_host(request_id: int, status: str, kind: str) -> InputRequest:
+    """End an open request without an answer from anyone (`expire`, `withdraw`)."""
     with transaction.atomic():
         row = InputRequest.objects.select_for_update().get(pk=request_id)
         if row.is_open:
-            _close(row, InputRequest.EXPIRED, "input_expired", "", via=InputRequest.HOST)
+            _close(row, status, kind, "", via=InputRequest.HOST)
     return row
 
 
@@ -454,11 +459,7 @@ def expire_due() -> int:
 
 def withdraw(request_id: int) -> InputRequest:
     """The call ended, or stopped waiting, before anyone answered."""
-    with transaction.atomic():
-        row = InputRequest.objects.select_for_update().get(pk=request_id)
-        if row.is_open:
-            _close(row, InputRequest.WITHDRAWN, "input_withdrawn", "", via=InputRequest.HOST)
-    return row
+    return _end_by_host(request_id, InputRequest.WITHDRAWN, "input_withdrawn")
 
 
 def _close(
@@ -569,6 +570,17 @@ async def await_answer(request_id: int) -> InputRequest:
                     del _waiters[request_id]
 
 
+async def _opened(call_of: Callable[[], Awaitable[int]], ask: InputAsk) -> InputRequest:
+    """The row of a server's request for input during the call `call_of()` names; what
+    cannot be shown to anyone is refused to the server (`InputRefused`)."""
+    call_id = await call_of()
+    try:
+        return await sync_to_async(open_request, thread_sensitive=False)(call_id, ask)
+    except InvalidAsk as exc:
+        logger.info("call #%s: %s's request for input was refused: %s", call_id, ask.server, exc)
+        raise InputRefused(f"the host refuses this request for input: {exc}") from None
+
+
 def person_answers(
     call_of: Callable[[], Awaitable[int]],
     *,
@@ -581,12 +593,7 @@ def person_answers(
     answer (the agents' endpoint keeps its agent informed)."""
 
     async def on_elicit(ask: InputAsk) -> dict[str, Any]:
-        call_id = await call_of()
-        try:
-            row = await sync_to_async(open_request, thread_sensitive=False)(call_id, ask)
-        except InvalidAsk as exc:
-            logger.info("call #%s: %s's request for input was refused: %s", call_id, ask.server, exc)
-            raise InputRefused(f"the host refuses this request for input: {exc}") from None
+        row = await _opened(call_of, ask)
         if on_open is not None:
             await sync_to_async(on_open, thread_sensitive=False)(row)
         try:
@@ -613,11 +620,7 @@ def agent_answers(
     answered by the agent."""
 
     async def on_elicit(ask: InputAsk) -> dict[str, Any]:
-        call_id = await call_of()
-        try:
-            row = await sync_to_async(open_request, thread_sensitive=False)(call_id, ask)
-        except InvalidAsk as exc:
-            raise InputRefused(f"the host refuses this request for input: {exc}") from None
+        row = await _opened(call_of, ask)
         try:
             given = await ask_agent(ask.params)
         except BaseException:
