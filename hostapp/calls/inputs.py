@@ -638,10 +638,10 @@ def agent_answers(
     return on_elicit
 
 
-def open_round(call_id: int, server: str, requests: dict[str, Any]) -> dict[str, int]:
-    """A 2026-07-28 server's round of input requests, handed to the agent whose call it is
-    (`agent_round`): a row for each request for input, by key (sampling and roots requests
-    are the agent's alone, not on record). Raises `InvalidAsk` as `open_request` does."""
+def check_round(server: str, requests: dict[str, Any]) -> dict[str, InputAsk]:
+    """The requests for input (`elicitation/create`) of a 2026-07-28 server's round, by key,
+    each checked as one asked during a call (`check_ask`: `InvalidAsk` when it cannot be
+    shown); sampling and roots requests are the agent's alone, not checked here."""
     asks = {
         key: InputAsk(server=server, params=request.get("params") or {}, era="modern", key=key)
         for key, request in requests.items()
@@ -649,6 +649,14 @@ def open_round(call_id: int, server: str, requests: dict[str, Any]) -> dict[str,
     }
     for ask in asks.values():
         check_ask(ask)
+    return asks
+
+
+def open_round(call_id: int, server: str, requests: dict[str, Any]) -> dict[str, int]:
+    """A 2026-07-28 server's round of input requests, handed to the agent whose call it is
+    (`agent_round`): a row for each request for input, by key (`check_round`). Raises
+    `InvalidAsk` as `open_request` does."""
+    asks = check_round(server, requests)
     with transaction.atomic():
         return {key: open_request(call_id, ask, agent_round=True).pk for key, ask in asks.items()}
 

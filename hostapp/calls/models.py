@@ -327,7 +327,10 @@ class Read(models.Model):
     RESOURCE, PROMPT = "resource", "prompt"
     KINDS = [(RESOURCE, "resource read"), (PROMPT, "prompt filled in")]
     OK, FAILED, REFUSED = "ok", "failed", "refused"
-    OUTCOMES = [(OK, "read"), (FAILED, "failed"), (REFUSED, "refused")]
+    # A 2026-07-28 server answered with a round of requests for input, handed to the agent
+    # (`parts`: each request's key and method); its read with the answers is a row of its own.
+    INPUT = "input"
+    OUTCOMES = [(OK, "read"), (FAILED, "failed"), (REFUSED, "refused"), (INPUT, "asked for input")]
 
     created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
     requester_kind = models.CharField(max_length=8, choices=Call.REQUESTERS)
@@ -356,6 +359,14 @@ class Read(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.target} by {self.requester_name}"
+
+    @property
+    def asked_for(self) -> str:
+        """What a read that asked for input asked for: its requests' methods, each once."""
+        if self.outcome != self.INPUT:
+            return ""
+        methods = [str(p.get("method", "")) for p in self.parts if isinstance(p, dict)]
+        return ", ".join(dict.fromkeys(m for m in methods if m))
 
 
 class InputRequest(models.Model):

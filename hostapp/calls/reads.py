@@ -7,6 +7,11 @@ server-wide rule, when a prompt is quarantined, or when it lies outside the agen
 Otherwise it goes to the server, and the row says how it ended, how long it took and how
 much came back (the contents themselves are not kept). Resources are read-only by nature,
 so no approval is asked; the rules that refuse a server's calls refuse its reads too.
+
+A 2026-07-28 server may answer a read with a round of requests for input (`input_required`)
+instead: an agent that answers its own rounds is handed it (`Rounds`), and the read is on
+record as one that asked for input; the agent's read made again with its answers is a read
+of its own.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from django.utils import timezone
 from hostapp.catalog.models import Prompt, Server
 from hostapp.catalog.pool import apool_for, pool_for
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import McpFailure
+from hostapp.mcp import McpFailure, Rounds, errors, input_required
 
+from . import inputs
 from .actions import Requester
 from .models import Read, Rule
 
@@ -46,7 +52,8 @@ class ReadError(Exception):
 @dataclass(frozen=True)
 class ReadOutcome:
     read: Read
-    result: dict[str, Any] | None  # ReadResourceResult / GetPromptResult, as plain data
+    # ReadResourceResult / GetPromptResult, or (with `Rounds`) an InputRequiredResult, as plain data
+    result: dict[str, Any] | None
     failure: McpFailure | None
 
 
@@ -181,6 +188,23 @@ def _check(
 
 def _finish(row: Read, result: dict[str, Any] | None, failure: McpFailure | None, seconds: float) -> ReadOutcome:
     row.duration_ms = seconds * 1000
+    if failure is None and result is not None and input_required(result):
+        requests = result.get("inputRequests")
+        requests = requests if isinstance(requests, dict) else {}
+        try:
+            inputs.check_round(row.server_name, requests)
+        except inputs.InvalidAsk as exc:
+            result = None
+            failure = errors.protocol_error(f"the server asked for input the host will not pass on: {exc}")
+        else:
+            row.outcome = Read.INPUT
+            row.parts = [
+                {"key": str(key)[:200], "method": str(request.get("method", ""))[:60]}
+                for key, request in list(requests.items())[:100]
+                if isinstance(request, dict)
+            ]
+            row.save()
+            return ReadOutcome(row, result, None)
     if failure is not None:
         row.outcome, row.error = Read.FAILED, storable(failure.as_dict())
     else:
@@ -237,27 +261,30 @@ def get_prompt(prompt: Prompt, arguments: Any, requester: Requester) -> ReadOutc
     return _finish(row, result, failure, time.perf_counter() - started)
 
 
-async def aread_resource(server: Server, uri: Any, requester: Requester) -> ReadOutcome:
-    """:func:`read_resource` for async callers (the agents' endpoint): no thread waits on the server."""
+async def aread_resource(server: Server, uri: Any, requester: Requester, rounds: Rounds | None = None) -> ReadOutcome:
+    """:func:`read_resource` for async callers (the agents' endpoint): no thread waits on the
+    server. With `rounds`, the requester answers the server's rounds of input itself (`Rounds`)."""
     uri = _uri(uri)
     row = await sync_to_async(_check, thread_sensitive=False)(Read.RESOURCE, server, uri, requester, {}, None)
     pool = await apool_for(server)
     started = time.perf_counter()
     try:
-        result, failure = await pool.aread_resource(server.name, uri), None
+        result, failure = await pool.aread_resource(server.name, uri, rounds=rounds), None
     except McpFailure as exc:
         result, failure = None, exc
     return await sync_to_async(_finish, thread_sensitive=False)(row, result, failure, time.perf_counter() - started)
 
 
-async def aget_prompt(prompt: Prompt, arguments: Any, requester: Requester) -> ReadOutcome:
-    """:func:`get_prompt` for async callers."""
+async def aget_prompt(
+    prompt: Prompt, arguments: Any, requester: Requester, rounds: Rounds | None = None
+) -> ReadOutcome:
+    """:func:`get_prompt` for async callers; `rounds` as in :func:`aread_resource`."""
     row, checked = await sync_to_async(_prompt_row, thread_sensitive=False)(prompt, arguments, requester)
     server = prompt.server
     pool = await apool_for(server)
     started = time.perf_counter()
     try:
-        result, failure = await pool.aget_prompt(server.name, prompt.original_name, checked), None
+        result, failure = await pool.aget_prompt(server.name, prompt.original_name, checked, rounds=rounds), None
     except McpFailure as exc:
         result, failure = None, exc
     return await sync_to_async(_finish, thread_sensitive=False)(row, result, failure, time.perf_counter() - started)

@@ -153,6 +153,44 @@ def _hands_rounds(ctx: Any) -> bool:
     return declared is not None and declared.elicitation is not None
 
 
+def _held(params: Any) -> dict[str, Any]:
+    """What a round handed to the agent held (`_handed`), as it came back (the boundary has
+    checked and opened it); {} for a request that is no answer to a round of ours."""
+    try:
+        held = json.loads(params.request_state or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return held if isinstance(held, dict) else {}
+
+
+def _answers(params: Any) -> dict[str, dict[str, Any]]:
+    """The agent's answers to a round (`inputResponses`), as plain data by key."""
+    return {
+        key: value.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for key, value in (params.input_responses or {}).items()
+    }
+
+
+def _handed(result: dict[str, Any], held: dict[str, Any]) -> types.InputRequiredResult:
+    """A server's round of input requests as the agent is handed it: the requests as they
+    are, the server's state kept with `held` in ours (the boundary seals it)."""
+    state = json.dumps({**held, "state": result.get("requestState")})
+    return types.InputRequiredResult.model_validate(
+        {"resultType": "input_required", "inputRequests": result.get("inputRequests") or {}, "requestState": state}
+    )
+
+
+def _read_rounds(ctx: Any, params: Any) -> Rounds | None:
+    """How a read (prompts/get, resources/read) goes to its server for an agent that answers
+    its own rounds of input (`_hands_rounds`): with its answers, and the server's state when
+    they answer a round it was handed (answers given without one go on as they are, for a
+    server that asks again what they leave out); None for any other agent (a server's
+    request for input to it is refused)."""
+    if not _hands_rounds(ctx):
+        return None
+    return Rounds(_answers(params) or None, _held(params).get("state"))
+
+
 def _status_tool() -> types.Tool:
     return types.Tool(
         name=STATUS_TOOL,
@@ -504,13 +542,18 @@ class Gateway:
         self.notices.given(agent.pk, PROMPTS, catalog.offers.fingerprints(agent)[0])
         return types.ListPromptsResult(prompts=catalog.offers.listed_prompts(agent))
 
-    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    async def get_prompt(
+        self, ctx: Any, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
         agent = _agent(ctx)
         catalog = await self.catalog.get()
         entry = catalog.offers.find_prompt(agent, params.name)
         if entry is None:
             raise MCPError(INVALID_PARAMS, f"Unknown prompt: {params.name}")
-        outcome = await self._read(reads.aget_prompt(entry.row, params.arguments, self._requester(agent)))
+        rounds = _read_rounds(ctx, params)
+        outcome = await self._read(reads.aget_prompt(entry.row, params.arguments, self._requester(agent), rounds))
+        if input_required(outcome):
+            return _handed(outcome, {})
         result = dict(outcome)
         result["messages"] = agent_content(agent, entry.server, result.get("messages"))
         return types.GetPromptResult.model_validate(_without_meta(result))
@@ -529,14 +572,19 @@ class Gateway:
         catalog = await self.catalog.get()
         return types.ListResourceTemplatesResult(resource_templates=catalog.offers.listed_templates(agent))
 
-    async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def read_resource(
+        self, ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
         agent = _agent(ctx)
         catalog = await self.catalog.get()
         try:
             server, uri = catalog.offers.route(agent, params.uri)
         except LookupError as exc:  # resource not found (SEP-2164: -32602, the URI in data)
             raise MCPError(INVALID_PARAMS, str(exc), {"uri": params.uri}) from None
-        outcome = await self._read(reads.aread_resource(server, uri, self._requester(agent)), params.uri)
+        rounds = _read_rounds(ctx, params)
+        outcome = await self._read(reads.aread_resource(server, uri, self._requester(agent), rounds), params.uri)
+        if input_required(outcome):
+            return _handed(outcome, {})
         result = dict(outcome)
         result["contents"] = agent_content(agent, server.name, result.get("contents"))
         return types.ReadResourceResult.model_validate(_without_meta(result))
@@ -634,7 +682,9 @@ class Gateway:
         ref = _CallRef(asyncio.get_running_loop())
         watch = self._watch(ctx, params, ref)
         rounds = _hands_rounds(ctx)
-        if rounds and entry.visible_to(agent) and (params.request_state is not None or params.input_responses):
+        # Answers to a round handed out come back with its state; answers without one go to
+        # the server with a new call (`_round`), which asks again for what they leave out.
+        if rounds and entry.visible_to(agent) and params.request_state is not None:
             return await self._next_round(params, agent, name, watch)
         # Outside the agent's view (or blocked): the ledger records the refusal, and to the
         # agent the tool does not exist.
@@ -656,7 +706,7 @@ class Gateway:
                 self.routes[name] = Route(call.tool, decision, read_at, calls.schema_key(call.tool.input_schema))
             ref.call_id = call.pk
             if rounds:
-                return await self._round(call, agent, watch, Rounds())
+                return await self._round(call, agent, watch, Rounds(_answers(params) or None))
             call = await calls.arun_now(call, watch)
             return result_for(call, agent)
         return await self._await(ctx, call, agent)
@@ -693,10 +743,7 @@ class Gateway:
                     errors.protocol_error(f"the server asked for input the host will not pass on: {exc}"),
                 )
             else:
-                state = json.dumps({"call": call.pk, "state": result.get("requestState"), "inputs": rows})
-                return types.InputRequiredResult.model_validate(
-                    {"resultType": "input_required", "inputRequests": requests, "requestState": state}
-                )
+                return _handed(result, {"call": call.pk, "inputs": rows})
         done = await sync_to_async(life.finish, thread_sensitive=False)(
             call, result, failure, time.perf_counter() - started
         )
@@ -707,11 +754,8 @@ class Gateway:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """The agent is back with its answers to a round `_round` handed it (the boundary has
         checked and opened the state): on record, then on to the server with them."""
-        try:
-            held = json.loads(params.request_state or "{}")
-        except json.JSONDecodeError:
-            held = {}
-        found_id = held.get("call") if isinstance(held, dict) else None
+        held = _held(params)
+        found_id = held.get("call")
         call_id = found_id if isinstance(found_id, int) else 0
 
         def load() -> Call | None:
@@ -721,10 +765,7 @@ class Gateway:
         call = await sync_to_async(load, thread_sensitive=False)()
         if call is None or call.tool is None or call.status not in (Call.INPUT, Call.RUNNING):
             return _text_result("This round of input belongs to no call of yours that waits for it.", is_error=True)
-        responses = {
-            key: value.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for key, value in (params.input_responses or {}).items()
-        }
+        responses = _answers(params)
         await sync_to_async(inputs.answer_round, thread_sensitive=False)(call.pk, held.get("inputs") or {}, responses)
         call = await sync_to_async(load, thread_sensitive=False)()
         if call is None or call.tool is None or call.status != Call.RUNNING:

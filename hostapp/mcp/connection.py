@@ -64,7 +64,8 @@ NO_SAMPLING = (
 )
 NO_INPUT = (
     "nobody can be asked for this input: the host passes a server's request for input only to "
-    "the person or agent whose call it is, and could not tell which call this request belongs to"
+    "the person or agent whose tool call it is (outside a tool call, only to a 2026-07-28 agent "
+    "that answers its own rounds of input), and could not tell which call this request belongs to"
 )
 
 # The protocol's log levels, least severe first.
@@ -114,12 +115,13 @@ class InputAsk:
 
 @dataclass(frozen=True)
 class Rounds:
-    """A call whose rounds of input its caller drives (2026-07-28): the server's
-    `input_required` result comes back as it is (plain data, `resultType` "input_required"),
-    and the call made again carries the answers (`responses`: an `ElicitResult` (or, from an
-    agent's client, a `CreateMessageResult`...) as plain data, by key) and the server's
-    `state`, unchanged. A 2025-era server's requests are answered
-    during the call, through the watch, whatever this says."""
+    """A request whose rounds of input its caller drives (2026-07-28: a tool call, a prompt
+    filled in, a resource read): the server's `input_required` result comes back as it is
+    (plain data, `resultType` "input_required"), and the request made again carries the
+    answers (`responses`: an `ElicitResult` (or, from an agent's client, a
+    `CreateMessageResult`...) as plain data, by key) and the server's `state`, unchanged. A
+    2025-era server's requests are answered during the call, through the watch, whatever
+    this says."""
 
     responses: dict[str, dict[str, Any]] | None = None
     state: str | None = None
@@ -626,21 +628,52 @@ class Connection:
                 seen_cursors.add(cursor)
         raise errors.protocol_error(f"the {what} listing has more than {MAX_LIST_PAGES} pages", reason="too_many_pages")
 
-    async def read_resource(self, uri: str, timeout: float | None = None) -> dict[str, Any]:
-        """One resource's contents (`ReadResourceResult` as plain data)."""
+    async def read_resource(
+        self, uri: str, timeout: float | None = None, rounds: Rounds | None = None
+    ) -> dict[str, Any]:
+        """One resource's contents (`ReadResourceResult` as plain data); with `rounds`, a
+        2026-07-28 server's round of input requests comes back as it is (`Rounds`)."""
         client = self._require_client()
-        limit = timeout if timeout is not None else self.config.call_timeout
-        with anyio.fail_after(limit):
-            return _dump(await self._request(lambda: client.read_resource(uri, cache_mode="bypass"), timeout=limit))
+        if rounds is not None and self.facts.era == "modern":
+            return await self._read(
+                lambda: client.session.read_resource(
+                    uri,
+                    input_responses=_responses(rounds.responses),
+                    request_state=rounds.state,
+                    allow_input_required=True,
+                ),
+                timeout,
+            )
+        return await self._read(lambda: client.read_resource(uri, cache_mode="bypass"), timeout)
 
     async def get_prompt(
-        self, name: str, arguments: dict[str, str] | None = None, timeout: float | None = None
+        self,
+        name: str,
+        arguments: dict[str, str] | None = None,
+        timeout: float | None = None,
+        rounds: Rounds | None = None,
     ) -> dict[str, Any]:
-        """One prompt filled in with `arguments` (`GetPromptResult` as plain data)."""
+        """One prompt filled in with `arguments` (`GetPromptResult` as plain data); with
+        `rounds`, as `read_resource`."""
         client = self._require_client()
+        if rounds is not None and self.facts.era == "modern":
+            return await self._read(
+                lambda: client.session.get_prompt(
+                    name,
+                    arguments or {},
+                    input_responses=_responses(rounds.responses),
+                    request_state=rounds.state,
+                    allow_input_required=True,
+                ),
+                timeout,
+            )
+        return await self._read(lambda: client.get_prompt(name, arguments or {}), timeout)
+
+    async def _read(self, send: Callable[[], Awaitable[Any]], timeout: float | None) -> dict[str, Any]:
+        """One read (a resource, a prompt) within its time, as plain data."""
         limit = timeout if timeout is not None else self.config.call_timeout
         with anyio.fail_after(limit):
-            return _dump(await self._request(lambda: client.get_prompt(name, arguments or {}), timeout=limit))
+            return _dump(await self._request(send, timeout=limit))
 
     async def complete(
         self,

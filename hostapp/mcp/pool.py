@@ -838,8 +838,11 @@ class Pool:
         limit = (timeout or slot.config.call_timeout) + slot.config.connect_timeout + 5
         return self.run(self._use(server, lambda conn: conn.read_resource(uri, timeout)), timeout=limit)
 
-    async def aread_resource(self, server: str, uri: str, *, timeout: float | None = None) -> dict[str, Any]:
-        return await self.arun(self._use(server, lambda conn: conn.read_resource(uri, timeout)))
+    async def aread_resource(
+        self, server: str, uri: str, *, timeout: float | None = None, rounds: Rounds | None = None
+    ) -> dict[str, Any]:
+        """:meth:`read_resource` for async callers; with `rounds`, as :meth:`acall_tool`."""
+        return await self.arun(self._use(server, lambda conn: conn.read_resource(uri, timeout, rounds)))
 
     def get_prompt(
         self, server: str, name: str, arguments: dict[str, str] | None = None, *, timeout: float | None = None
@@ -849,9 +852,16 @@ class Pool:
         return self.run(self._use(server, lambda conn: conn.get_prompt(name, arguments, timeout)), timeout=limit)
 
     async def aget_prompt(
-        self, server: str, name: str, arguments: dict[str, str] | None = None, *, timeout: float | None = None
+        self,
+        server: str,
+        name: str,
+        arguments: dict[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+        rounds: Rounds | None = None,
     ) -> dict[str, Any]:
-        return await self.arun(self._use(server, lambda conn: conn.get_prompt(name, arguments, timeout)))
+        """:meth:`get_prompt` for async callers; with `rounds`, as :meth:`acall_tool`."""
+        return await self.arun(self._use(server, lambda conn: conn.get_prompt(name, arguments, timeout, rounds)))
 
     async def acomplete(
         self,

@@ -22,7 +22,7 @@ from hostapp.catalog import actions as catalog_actions
 from hostapp.catalog.models import Server, Tool
 from hostapp.catalog.pool import close_pool, refresh_server
 from hostapp.core.events import LIVE_GROUP
-from tests.conformance.test_server_suite import conformance_server
+from tests.conformance.conftest import conformance_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,9 +19,9 @@ Exit code 0 proves little (a scenario with no checks counts as passed), so each 
 summary is parsed and the checks passed per scenario are pinned, with the number of
 scenarios and the total.
 
-Reusable (a later test runs the same suites through the host's /mcp with this fixture
-configured as a server, and compares): ``conformance_server()`` starts the fixture and
-yields its URL, ``run_server_suites(url, baselines)`` runs the suites in parallel,
+The same suites run through the host's /mcp with this fixture configured as its one
+server (``conformance_host`` in conftest.py, which also starts the fixture), and the two
+are compared: ``run_server_suites(url, baselines)`` runs the suites in parallel,
 ``scenario_table(run)`` says which scenarios passed and ``lost_scenarios(direct, other)``
 which passed directly but not the other way.
 
@@ -30,11 +30,8 @@ Skips when ``npm ci`` has not been run; fails instead when ``CI`` is set.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
-import selectors
 import shlex
 import subprocess
 import time
@@ -57,13 +54,11 @@ from tests.gateway.test_conformance_server import (
     NODE,
     baseline_entries,
 )
-from tests.helpers import PYTHON, REPO, clean_env, stop_process
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-FIXTURE = "tests.fixtures.conformance_server"
-FIXTURE_START_TIMEOUT = 30  # s (~1 s idle: importing the SDK)
 SUITE_TIMEOUT = 300  # s, one suite as a subprocess (idle: 3-5 s each, the three side by side)
 
 LEGACY_2025 = "0.1.16 server --suite all"
@@ -126,49 +121,6 @@ DIRECT_PASSED: dict[str, dict[str, int]] = {
         "dns-rebinding-protection": 2,
     },
 }  # fmt: skip
-
-
-def need_node() -> None:
-    """Skip (fail under CI) when `npm ci` has not installed the suite and Node 22."""
-    missing = [str(p.relative_to(REPO)) for p in (NODE, LEGACY, MODERN) if not p.exists()]
-    if not missing:
-        return
-    reason = f"the conformance suite is not installed ({', '.join(missing)} missing): run `npm ci` (make install-node)"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-@contextlib.contextmanager
-def conformance_server(timeout: float = FIXTURE_START_TIMEOUT) -> Iterator[str]:
-    """Run the reference fixture (`python -m tests.fixtures.conformance_server`, any free
-    port) until the block ends; its MCP endpoint's URL, once it answers."""
-    proc = subprocess.Popen(
-        [PYTHON, "-m", FIXTURE, "--port", "0"], cwd=REPO, env=clean_env(), stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    try:
-        yield _ready_url(proc, timeout)
-    finally:
-        stop_process(proc, timeout=5)
-        proc.stdout.close()
-
-
-def _ready_url(proc: subprocess.Popen[str], timeout: float) -> str:
-    """The URL of the fixture's `ready <url>` line, waited for with a deadline."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while (left := deadline - time.monotonic()) > 0:
-            if not selector.select(timeout=left):
-                continue
-            line = proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"the conformance fixture exited ({proc.wait()}) before it was ready")
-            if line.startswith("ready "):
-                return line.split(maxsplit=1)[1].strip()
-    raise AssertionError(f"the conformance fixture was not ready after {timeout}s")
 
 
 @dataclass
@@ -280,13 +232,6 @@ def assert_suite_passed(run: ServerRun, passed: Mapping[str, int]) -> None:
 
 
 @pytest.fixture(scope="module")
-def direct_url() -> Iterator[str]:
-    need_node()
-    with conformance_server() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def direct_runs(direct_url: str) -> dict[str, ServerRun]:
     return run_server_suites(direct_url, DIRECT_BASELINES)
 
@@ -322,42 +267,15 @@ HOST_BASELINES: dict[str, Path] = {
 }
 
 
-# The operator's decision for this server (an admin's class override of each tool): every
-# call runs at once in the web process, as a read-only call does, so what the server sends
-# during a call (progress, logs, requests for input) can reach the agent. Without it the
-# fixture's tools, which carry no annotations, would be destructive: each call would wait
-# for a person's approval, and a write would be delivered by a worker.
-READ_ONLY = (
-    "from hostapp.catalog import actions; from hostapp.catalog.models import Tool; "
-    "[actions.set_class_override(t, 'read_only') for t in Tool.objects.filter(server__name='conformance')]"
-)
-
-
 @pytest.fixture(scope="module")
-def host_url(direct_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real host (`manage.py run`) with the fixture as its one server, trusted, and the
-    suite's agent on a one-server unprefixed view of it, through the token-adding proxy."""
-    # A 2026-07-28 agent's input is asked of a person (nobody here): the host answers "cancel"
-    # soon, rather than holding the fixture's call for the default ten minutes.
-    host = GatewayHost(
-        "conformance", tmp_path_factory.mktemp("conformance-host"), ("--no-beat",), PATCHBAY_INPUT_WAIT="5"
-    )
+def host_url(conformance_host: GatewayHost) -> Iterator[str]:
+    """The host's /mcp for the suite's agent (`conformance_host`), through the token-adding proxy."""
+    proxy = AuthProxy(conformance_host.url, conformance_host.tokens["suite"])
+    base = proxy.start()
     try:
-        host.wait_ready()
-        config = tmp_path_factory.mktemp("conformance-config") / "servers.json"
-        config.write_text(json.dumps({"mcpServers": {"conformance": {"url": direct_url, "trusted": True}}}))
-        host.mcp("import", str(config), "--refresh")
-        host.manage("shell", "-c", READ_ONLY)
-        created = host.mcp("token", "create", "suite", "--servers", "conformance", "--no-prefix", "--json")
-        proxy = AuthProxy(host.url, json.loads(created.stdout)["token"])
-        base = proxy.start()
-        try:
-            yield f"{base}/mcp"
-        finally:
-            proxy.stop()
+        yield f"{base}/mcp"
     finally:
-        host.terminate()
-        host.wait_stopped()
+        proxy.stop()
 
 
 @pytest.fixture(scope="module")
