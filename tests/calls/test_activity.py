@@ -2,8 +2,9 @@
 `shown`): `call.progress` and `call.log` events on the live group, as the page's script reads
 them, from the conformance fixture (tests/fixtures/conformance_server.py, Streamable HTTP,
 a 2026-07-28 server): its `test_tool_with_progress` reports three steps and
-`test_tool_with_logging` logs three info lines. The events are what the open pages get,
-read from the channel layer (Redis) the way the pages' consumer reads them.
+`test_tool_with_logging` logs three info lines (each heard: log lines are never merged). The
+events are what the open pages get, read from the channel layer (Redis) the way the pages'
+consumer reads them.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def fixture_server() -> Iterator[Server]:
         close_pool()
 
 
-def _heard_during(run: Any, kinds: set[str], count: int) -> list[dict[str, Any]]:
-    """The live events of `kinds` heard while `run()` runs in a thread (at most `count`)."""
+def _heard_during(run: Any, kinds: set[str], enough: Any) -> list[dict[str, Any]]:
+    """The live events of `kinds` heard while `run()` runs in a thread, until `enough(heard)`."""
 
     async def listen() -> list[dict[str, Any]]:
         layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
@@ -50,7 +51,7 @@ def _heard_during(run: Any, kinds: set[str], count: int) -> list[dict[str, Any]]
         doing = asyncio.ensure_future(asyncio.to_thread(run))
         try:
             async with asyncio.timeout(30):
-                while len(heard) < count:
+                while not enough(heard):
                     message = await layer.receive(channel)
                     heard += [e for e in message.get("events", ()) if e["kind"] in kinds]
         finally:
@@ -61,22 +62,23 @@ def _heard_during(run: Any, kinds: set[str], count: int) -> list[dict[str, Any]]
     return asyncio.run(listen())
 
 
-def test_the_page_hears_each_step_of_the_servers_progress(fixture_server: Server, admin_user: Any) -> None:
+def test_the_page_hears_the_servers_progress_up_to_its_last_step(fixture_server: Server, admin_user: Any) -> None:
+    """Steps that come within one batch of events are one event, the latest (a page shows a
+    call's latest progress): the server's 50 ms between steps may or may not part them."""
     calls: list[Call] = []
     heard = _heard_during(
         lambda: calls.append(start_call("fx__test_tool_with_progress", {}, Requester.for_user(admin_user))),
         {"call.progress"},
-        3,
+        lambda heard: heard and heard[-1]["data"]["progress"] == 100,
     )
 
     [call] = calls
     assert call.status == Call.SUCCEEDED
-    assert [(e["data"]["id"], e["data"]["progress"], e["data"]["total"]) for e in heard] == [
-        (call.pk, 0, 100),
-        (call.pk, 50, 100),
-        (call.pk, 100, 100),
-    ]
-    assert heard[1]["data"]["message"] == "Completed step 50 of 100"
+    steps = [(e["data"]["id"], e["data"]["progress"], e["data"]["total"]) for e in heard]
+    assert steps[-1] == (call.pk, 100, 100)
+    assert set(steps) <= {(call.pk, 0, 100), (call.pk, 50, 100), (call.pk, 100, 100)}
+    assert steps == sorted(steps), "in the order the server reported them"
+    assert heard[-1]["data"]["message"] == "Completed step 100 of 100"
 
 
 def test_the_page_hears_the_servers_log_lines(fixture_server: Server, admin_user: Any) -> None:
@@ -84,7 +86,7 @@ def test_the_page_hears_the_servers_log_lines(fixture_server: Server, admin_user
     heard = _heard_during(
         lambda: calls.append(start_call("fx__test_tool_with_logging", {}, Requester.for_user(admin_user))),
         {"call.log"},
-        3,
+        lambda heard: len(heard) >= 3,
     )
 
     [call] = calls
