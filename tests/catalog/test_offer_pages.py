@@ -600,6 +600,23 @@ def test_the_reads_page_says_who_read_what_when_and_how_it_ended(
     assert only_prompts.count('class="read-row"') == 1
 
 
+def test_a_read_that_asked_an_agent_for_input_says_what_it_asked_for(admin_client: Client) -> None:
+    """The rows `hostapp.calls.reads` writes when a 2026-07-28 server answers an agent's read
+    with a round of input (tests/conformance/test_rounds_through_host.py), then the read itself."""
+    asked = [{"key": "why", "method": "elicitation/create"}, {"key": "model", "method": "sampling/createMessage"}]
+    seen = {"requester_kind": "agent", "requester_name": "suite", "server_name": "fx", "kind": Read.RESOURCE}
+    Read.objects.create(**seen, target="test://asks-why", outcome=Read.INPUT, parts=asked, duration_ms=3)
+    Read.objects.create(**seen, target="test://asks-why", outcome=Read.OK, size=22, parts=[{"bytes": 22}])
+
+    page = body(admin_client.get(reverse("reads")))
+    rows = re.findall(r'<tr class="read-row" id="read-\d+" data-read="\d+" data-outcome="(\w+)">', page)
+    assert rows == ["ok", "input"]
+    assert '<span class="badge read-input">asked for input</span>' in page
+    assert "elicitation/create, sampling/createMessage, handed to the agent" in page
+    only_asked = body(admin_client.get(reverse("reads"), {"outcome": "input"}))
+    assert only_asked.count('class="read-row"') == 1
+
+
 def test_the_reads_page_takes_as_many_queries_for_many_reads_as_for_one(
     admin_client: Client, django_assert_num_queries: Any
 ) -> None:
