@@ -343,8 +343,9 @@ class Gateway:
             on_subscriptions_listen=self.listen,
             cache_hints={"tools/list": CacheHint(ttl_ms=0, scope="private")},
         )
-        # The state of a round of input handed to a 2026-07-28 agent (`_round`) is sealed on
-        # the way out (AES-GCM, bound to the tool, its arguments and the agent) and checked
+        # The state of a round of input handed to a 2026-07-28 agent (`_handed`: a tool call's,
+        # a prompt's, a resource read's) is sealed on the way out (AES-GCM, bound to the
+        # method, the tool, prompt or URI, its arguments and the agent) and checked
         # on the way back: the agent can neither read the server's state nor change it. Every
         # web process seals with the same key, so the agent may come back to any of them.
         security = RequestStateSecurity(
