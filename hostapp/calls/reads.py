@@ -3,7 +3,9 @@ way in, for people (the catalog's pages), the CLI and agents (/mcp): each read i
 sent and put on record (`Read`) here.
 
 A read is refused (and on record as refused) when its server is disabled or blocked by a
-server-wide rule, when a prompt is quarantined, or when it lies outside the agent's view.
+server-wide rule, when a prompt is quarantined, when a resource's URI is made from a
+quarantined template (and not listed by its server), or when it lies outside the agent's
+view: whoever reads, by a page's form or by a raw URI.
 Otherwise it goes to the server, and the row says how it ended, how long it took and how
 much came back (the contents themselves are not kept). Resources are read-only by nature,
 so no approval is asked; the rules that refuse a server's calls refuse its reads too.
@@ -22,11 +24,13 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone
+from mcp import InvalidUriTemplate, UriTemplate
 
-from hostapp.catalog.models import Prompt, Server
+from hostapp.catalog.models import Offer, Prompt, Resource, ResourceTemplate, Server
 from hostapp.catalog.pool import apool_for, pool_for
 from hostapp.core.jsonvalues import storable
 from hostapp.mcp import McpFailure, Rounds, errors, input_required
+from hostapp.mcp.sanitize import clean_text
 
 from . import inputs
 from .actions import Requester
@@ -93,10 +97,24 @@ def prompt_arguments(prompt: Prompt, arguments: Any) -> dict[str, str]:
     return out
 
 
-def _refusal(server: Server, requester: Requester, prompt: Prompt | None) -> tuple[str, int] | None:
+def _quarantined_template(server: Server, uri: str) -> str | None:
+    """The quarantined resource template of `server` that `uri` is made from, if any, and
+    the server does not list `uri` itself (RFC 6570 matching, the SDK's `UriTemplate`)."""
+    waiting = ResourceTemplate.objects.filter(server_id=server.pk).exclude(status=Offer.ACTIVE)
+    for text in waiting.values_list("uri_template", flat=True):
+        try:
+            made = UriTemplate.parse(text).match(uri) is not None
+        except InvalidUriTemplate:  # nothing can be made from it, through the host or not
+            continue
+        if made and not Resource.objects.filter(server_id=server.pk, uri=uri).exists():
+            return text
+    return None
+
+
+def _refusal(server: Server, requester: Requester, prompt: Prompt | None, uri: str = "") -> tuple[str, int] | None:
     """Why this read may not be made, and the status to answer with; None if it may. The
-    server's state and the prompt's are read afresh: the rows given may come from a list
-    kept in memory (the agents' endpoint)."""
+    server's state and the prompt's (or the templates') are read afresh: the rows given may
+    come from a list kept in memory (the agents' endpoint)."""
     agent = requester.agent
     if agent is not None:
         seen = agent.may_use(server.name) if prompt is None else agent.view.sees_prompt(prompt)
@@ -114,6 +132,8 @@ def _refusal(server: Server, requester: Requester, prompt: Prompt | None) -> tup
         return f"the server {server.name} is disabled", 403
     if prompt is not None and status != Prompt.ACTIVE:
         return f"{prompt.exposed_name} is quarantined: a person must review it first", 403
+    if prompt is None and (template := _quarantined_template(server, uri)) is not None:
+        return f"the resource template {clean_text(template, 200)} is quarantined: a person must review it first", 403
     rule = Rule.objects.filter(server_name=server.name, tool_name="", action=Rule.BLOCK).first()
     if rule is not None:
         return rule.reason or f"the server {server.name} is blocked by a server rule", 403
@@ -174,7 +194,7 @@ def _check(
 ) -> Read:
     """The unsaved row of a read that may go on, or ReadError (the refusal on record)."""
     row = _row(kind, server, target, requester, arguments, timezone.now())
-    refused = _refusal(server, requester, prompt)
+    refused = _refusal(server, requester, prompt, target if prompt is None else "")
     if refused is not None:
         reason, status = refused
         row.outcome, row.error = Read.REFUSED, {"kind": "policy", "message": reason}

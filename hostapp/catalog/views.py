@@ -877,15 +877,18 @@ def template_detail(request: HttpRequest, object_id: int) -> HttpResponse:
     context: dict[str, Any] = {}
     status = 200
     if request.method == "POST":
-        if template.status != Offer.ACTIVE:
-            # reads.py knows no templates: the quarantine is checked here, before any read.
+        valid = form is not None and form.is_valid()
+        if not valid and template.status != Offer.ACTIVE:
+            # The form is the unreviewed definition's: whatever it says, the template is refused
+            # (a URI made from it is refused by reads.py, on record).
             context, status = {"read_error": "This template is quarantined: a person must review it first."}, 403
-        elif form is None or not form.is_valid():
-            status = 400
-        else:
+        elif valid:
+            assert form is not None
             context, status, download = _read(request, template.server, form.uri())
             if download is not None:
                 return download
+        else:
+            status = 400
     context.update(
         {
             "template": template,

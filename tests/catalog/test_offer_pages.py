@@ -18,12 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import mcp_types as types
 import pytest
 from django.urls import reverse
+from mcp.shared.exceptions import MCPError
 
+from hostapp.calls.actions import Requester
 from hostapp.calls.models import Read
+from hostapp.calls.reads import ReadError, read_resource
 from hostapp.catalog.models import Prompt, Resource, ResourceTemplate, Server
 from hostapp.catalog.offers import record_offers
+from hostapp.gateway.server import REFUSED
+from tests.calls.test_agent_read_lane import Agent
 from tests.helpers import REPO
 from tests.mcp.test_interop import EVERYTHING, NODE, _need_node
 
@@ -302,7 +308,8 @@ def test_a_new_template_of_an_untrusted_server_waits_and_is_not_read(
     assert 'id="template-form"' not in page
     refused = plain_client.post(url, {"var_path": "etc/passwd"})
     assert refused.status_code == 403 and "quarantined" in body(refused)
-    assert not Read.objects.exists()  # nothing was sent
+    # Nothing was sent: the refusal is on record (reads.py checks the URI it was made into).
+    assert list(Read.objects.values_list("target", "outcome")) == [("stranger://etc/passwd", "refused")]
 
     accept = reverse("resource_template_accept", args=[template.pk])
     assert plain_client.post(accept, {"definition_hash": template.definition_hash}).status_code == 403
@@ -491,6 +498,42 @@ def test_a_template_is_filled_in_expanded_and_read(offers_server: Server, plain_
         "offers://notes/y",
         "offers://files/a/b/c.txt",
         "offers://files/a/b/c.txt",
+    ]
+
+
+def test_a_uri_made_from_a_quarantined_template_is_refused_whoever_reads_it_and_however(
+    offers_server: Server, plain_user: Any
+) -> None:
+    """An agent names raw URIs, and a person may read a URI the server does not list: a URI that
+    a quarantined template makes is refused, on record, unless the server lists it itself."""
+    ResourceTemplate.objects.update(status="quarantined")  # both changed, say, and not reviewed yet
+    person = Requester.for_user(plain_user)
+    assert read_resource(offers_server, "offers://notes/readme", person).failure is None  # listed by the server
+    with pytest.raises(ReadError) as refused:
+        read_resource(offers_server, "offers://notes/other", person)
+    assert refused.value.status == 403
+    assert refused.value.message == (
+        "the resource template offers://notes/{name}{?lang} is quarantined: a person must review it first"
+    )
+
+    agent = Agent("researcher")
+    try:
+        params = types.ReadResourceRequestParams(uri="patchbay://offers/offers://files/a/b.txt")
+        with pytest.raises(MCPError) as told:
+            agent.loop.run_until_complete(agent.gateway.read_resource(agent.ctx, params))
+        assert told.value.error.code == REFUSED and "offers://files/{+path} is quarantined" in told.value.error.message
+
+        ResourceTemplate.objects.update(status="active")  # accepted
+        agent.gateway.catalog.invalidate()
+        read = agent.loop.run_until_complete(agent.gateway.read_resource(agent.ctx, params))
+        assert [c.text for c in read.contents if isinstance(c, types.TextResourceContents)] == ["The file at a/b.txt"]
+    finally:
+        agent.close()
+    assert list(Read.objects.order_by("id").values_list("requester_name", "target", "outcome")) == [
+        ("olivia", "offers://notes/readme", "ok"),
+        ("olivia", "offers://notes/other", "refused"),
+        ("researcher", "offers://files/a/b.txt", "refused"),
+        ("researcher", "offers://files/a/b.txt", "ok"),
     ]
 
 
