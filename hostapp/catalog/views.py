@@ -6,6 +6,7 @@ import json
 import re
 import unicodedata
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -793,35 +794,51 @@ def _accept(request: HttpRequest, offer: Offer, label: str, url: str) -> HttpRes
     return redirect(url)
 
 
+def _posted(
+    offer: Offer, valid: bool, label: str, read: Callable[[], tuple[dict[str, Any], int, HttpResponse | None]]
+) -> tuple[dict[str, Any], int, HttpResponse | None]:
+    """What a POST of a prompt's or a template's form comes to: its read (on record:
+    hostapp/calls/reads.py, which refuses a quarantined one) when the form is valid. An
+    invalid form of a quarantined one is refused whatever it says (the form is the
+    unreviewed definition's); any other is a 400 (the form says what is wrong)."""
+    if valid:
+        return read()
+    if offer.status != Offer.ACTIVE:
+        return {"read_error": f"{label} is quarantined: a person must review it first"}, 403, None
+    return {}, 400, None
+
+
+def _review(request: HttpRequest, offer: Offer) -> dict[str, Any]:
+    """What a prompt's or a template's page shows of its review."""
+    return {
+        "review": offer_review(offer) if offer.status == Offer.QUARANTINED else None,
+        "can_review": request.user.has_perm("catalog.review_tool"),
+    }
+
+
 def prompt_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
     """A prompt: its definition, its review while quarantined, and a form that fills it in
     (a read on record) and shows the messages the server makes of it."""
     prompt = get_object_or_404(Prompt.objects.select_related("server", "accepted_by"), exposed_name=exposed_name)
     form = PromptArgumentsForm(prompt, request.POST if request.method == "POST" else None)
+
+    def read() -> tuple[dict[str, Any], int, None]:
+        try:
+            outcome = reads.get_prompt(prompt, form.arguments(), Requester.for_user(request.user))
+        except reads.ReadError as exc:
+            return {"read_error": exc.message, "read": exc.read}, exc.status, None
+        shown: dict[str, Any] = {"read": outcome.read, "was_read": True}
+        if outcome.failure is not None:
+            shown["read_failure"] = clean_text(outcome.failure.message, 2000)
+        else:
+            shown["prompt_messages"] = _prompt_messages(outcome.result, prompt.server)
+            shown["result_description"] = clean_text((outcome.result or {}).get("description"))
+        return shown, 200, None
+
     context: dict[str, Any] = {}
     status = 200
     if request.method == "POST":
-        valid = form.is_valid()
-        if not valid and prompt.status != Offer.ACTIVE:
-            # The form is the unreviewed definition's: whatever it says, the prompt is refused.
-            context, status = (
-                {"read_error": f"{prompt.exposed_name} is quarantined: a person must review it first"},
-                403,
-            )
-        elif valid:
-            try:
-                outcome = reads.get_prompt(prompt, form.arguments(), Requester.for_user(request.user))
-            except reads.ReadError as exc:
-                context, status = {"read_error": exc.message, "read": exc.read}, exc.status
-            else:
-                context = {"read": outcome.read, "was_read": True}
-                if outcome.failure is not None:
-                    context["read_failure"] = clean_text(outcome.failure.message, 2000)
-                else:
-                    context["prompt_messages"] = _prompt_messages(outcome.result, prompt.server)
-                    context["result_description"] = clean_text((outcome.result or {}).get("description"))
-        else:
-            status = 400
+        context, status, _ = _posted(prompt, form.is_valid(), prompt.exposed_name, read)
     context.update(
         {
             "prompt": prompt,
@@ -830,8 +847,7 @@ def prompt_detail(request: HttpRequest, exposed_name: str) -> HttpResponse:
             "arguments": _argument_rows(prompt),
             "original_name": clean_text(prompt.original_name, 512),
             "definition_json": _shown_json(prompt.definition),
-            "review": offer_review(prompt) if prompt.status == Offer.QUARANTINED else None,
-            "can_review": request.user.has_perm("catalog.review_tool"),
+            **_review(request, prompt),
         }
     )
     return render(request, "catalog/prompt.html", context, status=status)
@@ -874,21 +890,18 @@ def template_detail(request: HttpRequest, object_id: int) -> HttpResponse:
         parsed, parse_error = None, clean_text(str(exc), 300)
     bound = request.POST if request.method == "POST" else None
     form = TemplateVariablesForm(parsed, bound) if parsed is not None else None
+
+    def read() -> tuple[dict[str, Any], int, HttpResponse | None]:
+        assert form is not None  # read only when valid
+        return _read(request, template.server, form.uri())
+
     context: dict[str, Any] = {}
     status = 200
     if request.method == "POST":
         valid = form is not None and form.is_valid()
-        if not valid and template.status != Offer.ACTIVE:
-            # The form is the unreviewed definition's: whatever it says, the template is refused
-            # (a URI made from it is refused by reads.py, on record).
-            context, status = {"read_error": "This template is quarantined: a person must review it first."}, 403
-        elif valid:
-            assert form is not None
-            context, status, download = _read(request, template.server, form.uri())
-            if download is not None:
-                return download
-        else:
-            status = 400
+        context, status, download = _posted(template, valid, "This template", read)
+        if download is not None:
+            return download
     context.update(
         {
             "template": template,
@@ -896,8 +909,7 @@ def template_detail(request: HttpRequest, object_id: int) -> HttpResponse:
             "parse_error": parse_error,
             "shown_uri": clean_text(template.uri_template, 2000),
             "definition_json": _shown_json(template.definition),
-            "review": offer_review(template) if template.status == Offer.QUARANTINED else None,
-            "can_review": request.user.has_perm("catalog.review_tool"),
+            **_review(request, template),
         }
     )
     return render(request, "catalog/template.html", context, status=status)
