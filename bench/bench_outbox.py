@@ -72,6 +72,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -811,6 +812,7 @@ WHAT_IFS = {
     "events-shared-loop": "live events sent on one long-lived event loop per process (one Redis connection)",
     "no-events": "no live events from the worker (the upper bound of what events cost)",
     "acks-early": "the deliver task acked on receipt instead of acks_late",
+    "no-page-logs": "the server is not asked for log messages for the call's page (calls.actions.shown)",
 }
 
 
@@ -846,6 +848,13 @@ def run_worker(what_if: str, celery_args: list[str]) -> None:
                 asyncio.run_coroutine_threadsafe(layer.group_send(events.LIVE_GROUP, message), loop).result(5)
 
             events._send = send
+        if "no-page-logs" in names:
+            from hostapp.calls import actions as call_actions
+
+            with_page = call_actions.shown
+            call_actions.shown = lambda call_id, watch=None: dataclasses.replace(  # type: ignore[assignment]
+                with_page(call_id, watch), on_log=None, log_level=""
+            )
         if "acks-early" in names:
             from hostapp.celery import app
 
