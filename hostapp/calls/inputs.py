@@ -39,7 +39,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from hostapp.core.events import send_event_on_commit
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import InputAsk, InputRefused, McpFailure
+from hostapp.mcp import InputAsk, InputRefused, McpFailure, errors
 from hostapp.mcp.elicitation import with_defaults
 from hostapp.mcp.sanitize import clean_text
 
@@ -83,6 +83,10 @@ class InputError(Exception):
 class InvalidAsk(Exception):
     """What the server asked for cannot be shown to a person (a schema the protocol does not
     allow, a URL that is not http(s)): the server is answered with this error."""
+
+    def failure(self) -> McpFailure:
+        """How a request that asked for it ends (a round of input not passed on)."""
+        return errors.protocol_error(f"the server asked for input the host will not pass on: {self}")
 
 
 # --- what the server asked -----------------------------------------------------------------------

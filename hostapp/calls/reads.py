@@ -29,7 +29,7 @@ from mcp import InvalidUriTemplate, UriTemplate
 from hostapp.catalog.models import Offer, Prompt, Resource, ResourceTemplate, Server
 from hostapp.catalog.pool import apool_for, pool_for
 from hostapp.core.jsonvalues import storable
-from hostapp.mcp import McpFailure, Rounds, errors, input_required
+from hostapp.mcp import McpFailure, Rounds, input_required
 from hostapp.mcp.sanitize import clean_text
 
 from . import inputs
@@ -214,8 +214,7 @@ def _finish(row: Read, result: dict[str, Any] | None, failure: McpFailure | None
         try:
             inputs.check_round(row.server_name, requests)
         except inputs.InvalidAsk as exc:
-            result = None
-            failure = errors.protocol_error(f"the server asked for input the host will not pass on: {exc}")
+            result, failure = None, exc.failure()
         else:
             row.outcome = Read.INPUT
             row.parts = [

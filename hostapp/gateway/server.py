@@ -739,10 +739,7 @@ class Gateway:
                     call.pk, tool.server.name, requests
                 )
             except inputs.InvalidAsk as exc:
-                result, failure = (
-                    None,
-                    errors.protocol_error(f"the server asked for input the host will not pass on: {exc}"),
-                )
+                result, failure = None, exc.failure()
             else:
                 return _handed(result, {"call": call.pk, "inputs": rows})
         done = await sync_to_async(life.finish, thread_sensitive=False)(

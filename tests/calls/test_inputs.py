@@ -215,6 +215,21 @@ def test_what_cannot_be_shown_to_a_person_is_refused_before_anyone_sees_it(
     assert Call.objects.get(pk=call.pk).status == Call.RUNNING
 
 
+def test_a_round_with_a_request_that_cannot_be_shown_is_not_passed_on_and_says_why() -> None:
+    """A 2026-07-28 round (a call's or a read's) is checked as a whole before an agent sees it:
+    its sampling requests are the agent's, its requests for input must be showable."""
+    sampling = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
+    bad = {"method": "elicitation/create", "params": {"mode": "url", "message": "m", "url": "javascript:x"}}
+    assert inputs.check_round("s", {"model": sampling}) == {}
+    with pytest.raises(inputs.InvalidAsk) as refused:
+        inputs.check_round("s", {"model": sampling, "open": bad})
+    failure = refused.value.failure()
+    assert failure.kind == "protocol"
+    assert failure.message == (
+        "the server asked for input the host will not pass on: the URL to open must be an http or https URL"
+    )
+
+
 def test_the_servers_words_are_sanitized_and_a_form_asking_for_a_secret_is_flagged(db: None, admin_user: User) -> None:
     call = _running_call(admin_user)
     schema = {
